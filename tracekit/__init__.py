@@ -1,0 +1,21 @@
+"""tracekit: where the step time of a PyTorch DDP job goes, from one torch.profiler trace per rank."""
+
+from tracekit.api import summarize
+from tracekit.config import Config
+from tracekit.errors import (
+    DuplicateRankError,
+    NoTracesError,
+    NotATraceError,
+    NotJSONError,
+    RankUnknownError,
+    TraceReadError,
+    TracekitError,
+    TruncatedTraceError,
+)
+from tracekit.summary import Summary
+
+__all__ = [
+    "summarize", "Summary", "Config", "TracekitError", "TraceReadError", "TruncatedTraceError", "NotJSONError",
+    "NotATraceError", "NoTracesError", "DuplicateRankError", "RankUnknownError",
+]
+__version__ = "0.1.0"

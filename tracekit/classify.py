@@ -1,0 +1,150 @@
+"""Which events are device events, and what each does: compute, comm (communication) or memory.
+
+GPU traces: kernels, memcpys and memsets. A kernel is communication when its own args name a collective,
+when its name is an NCCL/RCCL/HCCL kernel (every NCCL era: ``ncclKernel_*``, ``ncclDevKernel_*``,
+``ncclDevKernel_Generic``, ncclx ``ncclKernel*Ctran*``), or when the runtime call that launched it ran inside
+an ``nccl:*``/``rccl:*`` annotation. Memcpy/memset events, and kernels named like them, are memory.
+
+CPU-only traces (gloo): the device is the training thread. Its CPU ops are compute, and the
+``gloo:*`` collectives, which run on gloo's own threads, are communication.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.reader import DEVICE_CATEGORIES
+
+COMM_KERNEL = re.compile(r"nccl|rccl|hccl", re.IGNORECASE)
+MEMORY_KERNEL = re.compile(r"^(?:hip)?memcpy|^(?:hip)?memset|^dma", re.IGNORECASE)
+COMM_ANNOTATION = re.compile(r"^(nccl|rccl|gloo):")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# Host ops that only hand work to a communication backend: not compute on a CPU-only trace.
+_COMM_HOST_OP = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:|rccl:)")
+
+
+def step_table(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per ``ProfilerStep#N`` annotation: rank, step, start_ns, end_ns."""
+    names = events["name"].cat.categories
+    step_names = names[names.str.match(STEP_NAME.pattern)]
+    rows = events[events["name"].isin(step_names) & (events["dur_ns"] >= 0)]
+    out = pd.DataFrame({
+        "rank": rows["rank"].to_numpy(),
+        "step": rows["name"].astype(str).str.extract(STEP_NAME.pattern, expand=False).astype(np.int64).to_numpy(),
+        "start_ns": rows["ts_ns"].to_numpy(),
+        "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy(),
+    })
+    # A step recorded twice (e.g. a CPU and a GPU copy) counts once.
+    return out.drop_duplicates(["rank", "step"]).sort_values(["rank", "start_ns"], ignore_index=True)
+
+
+def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
+    """A new events table with ``kind`` (device events only) and ``step`` (every event) added."""
+    out = events.copy()
+    launch = _launch_of_device_events(out)
+    kind = pd.Series(pd.NA, index=out.index, dtype="object")
+    is_device = out["cat"].isin(DEVICE_CATEGORIES).to_numpy()
+    gpu_ranks = set(out.loc[is_device, "rank"].unique().tolist())
+    on_gpu = out["rank"].isin(gpu_ranks).to_numpy()
+
+    name = out["name"].astype(str)
+    kernel = is_device & (out["cat"] == "kernel").to_numpy()
+    comm = kernel & (name.str.contains(COMM_KERNEL.pattern, flags=re.IGNORECASE).to_numpy())
+    comm |= kernel & _rows_mask(out, comm_args.loc[comm_args["collective"].notna(), ["rank", "row"]])
+    comm |= kernel & launch["in_comm_annotation"].to_numpy()
+    memory = is_device & ~comm & (~kernel | name.str.contains(MEMORY_KERNEL.pattern, flags=re.IGNORECASE).to_numpy())
+    kind[is_device] = "compute"
+    kind[memory] = "memory"
+    kind[comm] = "comm"
+
+    # CPU-only ranks: training-thread ops are compute, gloo collectives are communication.
+    cpu_compute, cpu_comm = _cpu_device_events(out, ~on_gpu)
+    kind[cpu_compute] = "compute"
+    kind[cpu_comm] = "comm"
+    out["kind"] = pd.Categorical(kind, categories=["compute", "comm", "memory"])
+
+    when = np.where(launch["launch_ts_ns"].to_numpy() >= 0, launch["launch_ts_ns"].to_numpy(), out["ts_ns"].to_numpy())
+    out["step"] = assign_steps(out["rank"].to_numpy(), when, step_table(out))
+    return out
+
+
+def assign_steps(rank: np.ndarray, ts_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The step whose annotation contains each timestamp, or -1."""
+    result = np.full(len(ts_ns), -1, dtype=np.int64)
+    for r, group in steps.groupby("rank", sort=False):
+        rows = np.flatnonzero(rank == r)
+        starts = group["start_ns"].to_numpy()
+        i = np.searchsorted(starts, ts_ns[rows], side="right") - 1
+        inside = (i >= 0) & (ts_ns[rows] < group["end_ns"].to_numpy()[np.maximum(i, 0)])
+        result[rows[inside]] = group["step"].to_numpy()[i[inside]]
+    return result
+
+
+def _launch_of_device_events(events: pd.DataFrame) -> pd.DataFrame:
+    """For each row: the launching runtime call's start (-1 if none) and whether it ran inside a comm annotation."""
+    n = len(events)
+    launch_ts = np.full(n, -1, dtype=np.int64)
+    in_comm = np.zeros(n, dtype=bool)
+    device = events.index[events["cat"].isin(DEVICE_CATEGORIES) & (events["correlation"] >= 0)]
+    runtime = events[(events["cat"] == "cuda_runtime") & (events["correlation"] >= 0)]
+    if len(device) == 0 or len(runtime) == 0:
+        return pd.DataFrame({"launch_ts_ns": launch_ts, "in_comm_annotation": in_comm})
+    runtime = runtime.drop_duplicates(["rank", "correlation"])[["rank", "correlation", "ts_ns", "tid"]]
+    linked = events.loc[device, ["rank", "correlation"]].reset_index().merge(runtime, on=["rank", "correlation"])
+    launch_ts[linked["index"].to_numpy()] = linked["ts_ns"].to_numpy()
+
+    names = events["name"].cat.categories
+    annotations = events[events["name"].isin(names[names.str.match(COMM_ANNOTATION.pattern)]) & (events["dur_ns"] >= 0)]
+    if len(annotations):
+        inside = _inside(linked[["rank", "tid", "ts_ns"]], annotations)
+        in_comm[linked["index"].to_numpy()[inside]] = True
+    return pd.DataFrame({"launch_ts_ns": launch_ts, "in_comm_annotation": in_comm})
+
+
+def _inside(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """Whether each point (rank, tid, ts_ns) falls inside one of ``spans`` on the same rank and thread."""
+    return _inside_span(points, spans) >= 0
+
+
+def _inside_span(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """For each point (rank, tid, ts_ns): the events-table row of the latest-starting span holding it, or -1."""
+    left = pd.DataFrame({
+        "rank": points["rank"].to_numpy(), "tid": points["tid"].astype(str).to_numpy(),
+        "ts_ns": points["ts_ns"].to_numpy(), "_i": np.arange(len(points)),
+    }).sort_values("ts_ns")
+    right = pd.DataFrame({
+        "rank": spans["rank"].to_numpy(), "tid": spans["tid"].astype(str).to_numpy(),
+        "span_start": spans["ts_ns"].to_numpy(), "span_end": (spans["ts_ns"] + spans["dur_ns"]).to_numpy(),
+        "span_row": spans.index.to_numpy(),
+    }).sort_values("span_start")
+    joined = pd.merge_asof(left, right, left_on="ts_ns", right_on="span_start", by=["rank", "tid"])
+    hit = (joined["ts_ns"] < joined["span_end"]).fillna(False).to_numpy(dtype=bool)
+    result = np.full(len(points), -1, dtype=np.int64)
+    result[joined["_i"].to_numpy()[hit]] = joined["span_row"].to_numpy()[hit].astype(np.int64)
+    return result
+
+
+def _cpu_device_events(events: pd.DataFrame, on_cpu_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    names = events["name"].cat.categories
+    comm_names = names[names.str.match(r"^gloo:")]
+    comm = on_cpu_rank & events["name"].isin(comm_names).to_numpy() & (events["dur_ns"] >= 0).to_numpy()
+    step_names = names[names.str.match(STEP_NAME.pattern)]
+    key = events["rank"].astype(str) + "/" + events["pid"].astype(str) + "/" + events["tid"].astype(str)
+    stepped = set(key[on_cpu_rank & events["name"].isin(step_names).to_numpy()])
+    comm_threads = set(key[comm])
+    # The training thread holds the ProfilerStep annotations; without them, every non-gloo thread with ops.
+    training = key.isin(stepped).to_numpy() | (
+        ~events["rank"].isin(events.loc[events["name"].isin(step_names), "rank"]).to_numpy() & ~key.isin(comm_threads).to_numpy()
+    )
+    host_comm = events["name"].isin(names[names.str.match(_COMM_HOST_OP.pattern)]).to_numpy()
+    compute = on_cpu_rank & training & (events["cat"] == "cpu_op").to_numpy() & ~host_comm & (events["dur_ns"] >= 0).to_numpy()
+    return compute, comm
+
+
+def _rows_mask(events: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
+    mask = np.zeros(len(events), dtype=bool)
+    mask[rows["row"].to_numpy()] = True
+    return mask

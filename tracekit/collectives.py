@@ -1,0 +1,172 @@
+"""One row per collective call per rank, with its size and the nccl-tests bandwidths.
+
+GPU ranks: each communication kernel is one call. Its op, size and group come from the kernel's own args
+(newer traces), else from the ``record_param_comms`` op around the runtime call that launched it, else from the
+``nccl:*`` annotation around that call (op from the name, size from ``Input Dims``).
+CPU (gloo) ranks: each ``gloo:*`` annotation is one call, sized from its ``Input Dims`` (``record_shapes=True``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.classify import COMM_ANNOTATION, _inside_span
+
+_OP_PATTERNS = (
+    ("barrier", r"barrier"),
+    ("all_reduce", r"all_?reduce"),
+    ("reduce_scatter", r"reduce_?scatter"),
+    ("all_gather", r"all_?gather"),
+    ("all_to_all", r"all_?to_?all"),
+    ("broadcast", r"broadcast"),
+    ("other", r"sendrecv"),
+    ("send", r"send"),
+    ("recv", r"recv"),
+)
+
+_DTYPE_BYTES = {
+    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
+    "long": 8, "int64": 8, "long int": 8, "int": 4, "int32": 4, "short": 2, "int16": 2,
+    "unsigned char": 1, "byte": 1, "uint8": 1, "signed char": 1, "char": 1, "int8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16,
+}
+
+# busbw / algbw (nccl-tests PERFORMANCE.md), n = group size.
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0 + 0 * n,
+    "send": lambda n: 1.0 + 0 * n,
+    "recv": lambda n: 1.0 + 0 * n,
+}
+
+
+def normalize_op(name: str | None) -> str:
+    """``nccl:_all_gather_base``, ``allgather``, ``ncclDevKernel_AllGather_RING_LL`` -> ``all_gather``."""
+    if not isinstance(name, str) or not name:
+        return "other"
+    text = name.lower()
+    for op, pattern in _OP_PATTERNS:
+        if re.search(pattern, text):
+            return op
+    return "other"
+
+
+def dtype_bytes(dtype: str | None) -> float:
+    """Bytes per element of a dtype as traces write it (``Float``, ``c10::BFloat16``, ``unsigned char``); NaN if unknown."""
+    if not isinstance(dtype, str) or not dtype:
+        return np.nan
+    key = dtype.lower().removeprefix("c10::").removeprefix("at::").removeprefix("torch.")
+    return float(_DTYPE_BYTES.get(key, np.nan))
+
+
+def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: dict, origin_ns: int) -> pd.DataFrame:
+    """Collectives of every rank. ``events`` is classified; ``pg_sizes`` maps (rank, pg) -> size, and (rank, None) -> size of the only pg."""
+    calls = events[events["kind"] == "comm"]
+    calls = calls[(calls["cat"] == "kernel") | calls["name"].astype(str).str.match(COMM_ANNOTATION.pattern)]
+    meta = _metadata(events, comm_args, calls)
+    op = [normalize_op(c) for c in meta["collective"]]
+    group = meta["group_size"].to_numpy(dtype=float)
+    fallback = np.array([pg_sizes.get((r, p), pg_sizes.get((r, None), np.nan)) for r, p in zip(calls["rank"], meta["pg"])],
+                        dtype=float)
+    group = np.where(np.isnan(group), fallback, group)
+    size = np.array([dtype_bytes(d) for d in meta["dtype"]])
+    nbytes = _payload_bytes(np.array(op), meta["in_nelems"].to_numpy(), meta["out_nelems"].to_numpy(), group) * size
+    nbytes = np.where(np.array(op) == "barrier", 0.0, nbytes)
+    dur_us = calls["dur_ns"].to_numpy() / 1e3
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(dur_us > 0, nbytes / dur_us / 1e3, np.nan)
+    algbw = np.where(np.array(op) == "barrier", np.nan, algbw)
+    factor = np.array([_BUS_FACTOR[o](n) if o in _BUS_FACTOR and n > 0 else np.nan for o, n in zip(op, group)])
+    return pd.DataFrame({
+        "rank": calls["rank"].to_numpy(),
+        "step": calls["step"].to_numpy(),
+        "op": pd.Categorical(op, categories=["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+                                             "send", "recv", "barrier", "other"]),
+        "pg": meta["pg"].to_numpy(),
+        "seq": meta["seq"].to_numpy(),
+        "start_us": (calls["ts_ns"].to_numpy() - origin_ns) / 1e3,
+        "dur_us": dur_us,
+        "bytes": nbytes,
+        "dtype": meta["dtype"].to_numpy(),
+        "group_size": group,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * factor,
+        "name": calls["name"].astype(str).to_numpy(),
+        "row": calls.index.to_numpy(),
+    }).sort_values(["rank", "start_us"], ignore_index=True)
+
+
+def _payload_bytes(op, in_n, out_n, group):
+    """Elements that nccl-tests' S counts: input for all_reduce/broadcast/all_to_all, the full buffer otherwise."""
+    return np.select(
+        [op == "all_gather", op == "reduce_scatter", op == "recv"],
+        [np.where(np.isnan(out_n), in_n * group, out_n), np.where(np.isnan(in_n), out_n * group, in_n),
+         np.where(np.isnan(out_n), in_n, out_n)],
+        default=in_n,
+    )
+
+
+def _metadata(events, comm_args, calls) -> pd.DataFrame:
+    """Per call: the first known value of each field among its own args, record_param_comms, and the annotation."""
+    fields = ["collective", "pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size"]
+    by_row = comm_args.set_index("row")
+    own = by_row.reindex(calls.index)[fields + ["input_nelems", "input_type"]]
+    own["collective"] = own["collective"].where(own["collective"].notna(), calls["name"].astype(str))
+    # gloo annotations and kernels with bare names: sizes from Input Dims only for ops whose first input is the payload.
+    own = _sizes_from_input_dims(own)
+    outer = _enclosing(events, comm_args, calls, r"^record_param_comms$")
+    annotation = _enclosing(events, comm_args, calls, COMM_ANNOTATION.pattern)
+    annotation = _sizes_from_input_dims(annotation.assign(collective=annotation["name"]))
+    outer = _sizes_from_input_dims(outer)
+    merged = own[fields].astype(object)
+    is_kernel = (calls["cat"] == "kernel").to_numpy()
+    for source in (outer, annotation):
+        for f in fields:
+            take = merged[f].isna().to_numpy() & is_kernel & source[f].notna().to_numpy()
+            if f == "collective":  # a bare kernel name says less than any annotation
+                take = is_kernel & source[f].notna().to_numpy() & own["collective"].eq(calls["name"].astype(str)).to_numpy()
+                take &= ~np.array([str(v).lower() == "wait" for v in source[f]], dtype=bool)
+            merged.loc[take, f] = source.loc[take, f].to_numpy()
+    for f in ("seq", "in_nelems", "out_nelems", "group_size"):
+        merged[f] = pd.to_numeric(merged[f]).astype(float)
+    return merged
+
+
+def _sizes_from_input_dims(frame: pd.DataFrame) -> pd.DataFrame:
+    ops = [normalize_op(c) for c in frame["collective"]]
+    usable = np.isin(ops, ["all_reduce", "broadcast"])
+    out = frame.astype({"dtype": object, "collective": object})
+    take = out["in_nelems"].isna().to_numpy() & usable & out["input_nelems"].notna().to_numpy()
+    out.loc[take, "in_nelems"] = out.loc[take, "input_nelems"]
+    take_t = out["dtype"].isna().to_numpy() & take
+    out.loc[take_t, "dtype"] = out.loc[take_t, "input_type"]
+    return out
+
+
+def _enclosing(events, comm_args, calls, name_pattern) -> pd.DataFrame:
+    """Comm args of the op matching ``name_pattern`` that encloses each call's launch (NaN rows where none)."""
+    columns = ["collective", "pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size", "input_nelems", "input_type", "name"]
+    result = pd.DataFrame(index=calls.index, columns=columns, dtype=object)
+    names = events["name"].cat.categories
+    wanted = names[names.str.match(name_pattern)]
+    spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
+    runtime = events[(events["cat"] == "cuda_runtime") & (events["correlation"] >= 0)].drop_duplicates(["rank", "correlation"])
+    kernels = calls[calls["correlation"] >= 0]
+    if len(spans) == 0 or len(kernels) == 0 or len(runtime) == 0:
+        return result
+    launches = kernels[["rank", "correlation"]].reset_index().merge(
+        runtime[["rank", "correlation", "ts_ns", "tid"]], on=["rank", "correlation"])
+    span_row = _inside_span(launches[["rank", "tid", "ts_ns"]], spans)
+    found = span_row >= 0
+    args = comm_args.set_index("row").reindex(span_row[found])
+    args["name"] = events["name"].astype(str).to_numpy()[span_row[found]]
+    result.loc[launches["index"].to_numpy()[found], columns] = args[columns].to_numpy()
+    for f in ("seq", "in_nelems", "out_nelems", "group_size", "input_nelems"):
+        result[f] = pd.to_numeric(result[f])
+    return result

@@ -1,0 +1,126 @@
+"""Pure metric functions: classified events -> per-rank, per-step and per-gap tables. Nothing here reads or prints.
+
+Per-rank numbers follow HolisticTraceAnalysis where the names match (span, idle, compute, overlap %);
+per-step numbers follow the retired TensorBoard profiler plugin's distributed view.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit import intervals as iv
+
+WINDOWS = ("drop_last", "all_steps", "trace")
+
+
+def window_steps(steps: pd.DataFrame, window: str) -> pd.DataFrame:
+    """The steps each rank's metrics cover: all but the last (default, as HTA), all of them, or none for the whole trace."""
+    if window == "trace":
+        return steps.iloc[0:0]
+    if window == "all_steps":
+        return steps
+    last = steps.groupby("rank")["step"].transform("max")
+    count = steps.groupby("rank")["step"].transform("size")
+    return steps[(steps["step"] < last) | (count == 1)]
+
+
+def device_view(events: pd.DataFrame, steps: pd.DataFrame, window: str) -> pd.DataFrame:
+    """Device events inside the window: rank, kind, start_ns, end_ns, step."""
+    dev = events[events["kind"].notna() & (events["dur_ns"] >= 0)]
+    if window != "trace":
+        kept = window_steps(steps, window)
+        has_steps = dev["rank"].isin(steps["rank"]).to_numpy()
+        in_kept = pd.MultiIndex.from_arrays([dev["rank"], dev["step"]]).isin(
+            pd.MultiIndex.from_arrays([kept["rank"], kept["step"]]))
+        dev = dev[in_kept | ~has_steps]  # a rank with no ProfilerStep is analysed whole
+    return pd.DataFrame({
+        "rank": dev["rank"].to_numpy(),
+        "kind": dev["kind"].astype(str).to_numpy(),
+        "start_ns": dev["ts_ns"].to_numpy(),
+        "end_ns": (dev["ts_ns"] + dev["dur_ns"]).to_numpy(),
+        "step": dev["step"].to_numpy(),
+    })
+
+
+def _sets(dev: pd.DataFrame) -> dict[str, iv.Intervals]:
+    sets = {k: iv.merge(*_pick(dev, dev["kind"] == k)) for k in ("compute", "comm", "memory")}
+    sets["all"] = iv.merge(dev["start_ns"].to_numpy(), dev["end_ns"].to_numpy())
+    sets["overlap"] = iv.intersect(sets["comm"], sets["compute"])
+    return sets
+
+
+def _pick(dev, mask):
+    return dev.loc[mask, "start_ns"].to_numpy(), dev.loc[mask, "end_ns"].to_numpy()
+
+
+def rank_breakdown(dev: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: span, busy, compute, comm, overlap, exposed comm, memory and idle time (us), and the two percentages."""
+    rows = []
+    for rank, group in dev.groupby("rank", sort=True):
+        sets = _sets(group)
+        span_ns = int(group["end_ns"].max() - group["start_ns"].min())
+        busy, comm, overlap = iv.total(*sets["all"]), iv.total(*sets["comm"]), iv.total(*sets["overlap"])
+        rows.append({
+            "rank": rank, "span_us": span_ns / 1e3, "busy_us": busy / 1e3,
+            "compute_us": iv.total(*sets["compute"]) / 1e3, "comm_us": comm / 1e3, "overlap_us": overlap / 1e3,
+            "exposed_comm_us": (comm - overlap) / 1e3, "memory_us": iv.total(*sets["memory"]) / 1e3,
+            "idle_us": (span_ns - busy) / 1e3,
+        })
+    out = pd.DataFrame(rows, columns=["rank", "span_us", "busy_us", "compute_us", "comm_us", "overlap_us",
+                                      "exposed_comm_us", "memory_us", "idle_us"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["overlap_pct"] = np.where(out["comm_us"] > 0, out["overlap_us"] / out["comm_us"] * 100, np.nan)
+        out["idle_pct"] = np.where(out["span_us"] > 0, out["idle_us"] / out["span_us"] * 100, np.nan)
+    return out
+
+
+def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+    """Per rank and ProfilerStep, the plugin's split: compute and comm not overlapped, overlap, and other (us).
+
+    A step runs from its annotation's start to the next step's start (the last one to its annotation's end),
+    so the steps of a rank tile its timeline and ``step_us`` is the period the user waits for.
+    """
+    parts = []
+    for rank, group in steps.groupby("rank", sort=True):
+        starts = group["start_ns"].to_numpy()
+        ends = np.append(starts[1:], group["end_ns"].to_numpy()[-1:])
+        sets = _sets(events_dev_all[events_dev_all["rank"] == rank])
+        comp = iv.covered_within(sets["compute"], starts, ends)
+        comm = iv.covered_within(sets["comm"], starts, ends)
+        both = iv.covered_within(sets["overlap"], starts, ends)
+        step_ns = ends - starts
+        parts.append(pd.DataFrame({
+            "rank": rank, "step": group["step"].to_numpy(), "start_us": (starts - origin_ns) / 1e3,
+            "step_us": step_ns / 1e3, "compute_us": (comp - both) / 1e3, "overlap_us": both / 1e3,
+            "exposed_comm_us": (comm - both) / 1e3, "other_us": (step_ns - comp - comm + both) / 1e3,
+            "comm_us": comm / 1e3,
+        }))
+    columns = ["rank", "step", "start_us", "step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def gap_table(dev: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+    """Every maximal interval inside a rank's window span where no device event runs."""
+    parts = []
+    for rank, group in dev.groupby("rank", sort=True):
+        busy = iv.merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())
+        lo, hi = int(group["start_ns"].min()), int(group["end_ns"].max())
+        gs, ge = iv.complement(busy, lo, hi)
+        parts.append(pd.DataFrame({"rank": rank, "start_us": (gs - origin_ns) / 1e3, "dur_us": (ge - gs) / 1e3}))
+    if not parts:
+        return pd.DataFrame({"rank": pd.Series(dtype="int32"), "start_us": pd.Series(dtype=float),
+                             "dur_us": pd.Series(dtype=float)})
+    return pd.concat(parts, ignore_index=True)
+
+
+def allreduce_totals(collectives: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: all_reduce count, summed duration (us) and bytes; bytes NaN when any call's size is unknown."""
+    ar = collectives[collectives["op"] == "all_reduce"]
+    grouped = ar.groupby("rank", observed=True)
+    unknown = ar["bytes"].isna().groupby(ar["rank"]).any()
+    return pd.DataFrame({
+        "allreduce_count": grouped.size(),
+        "allreduce_us": grouped["dur_us"].sum(),
+        "allreduce_bytes": grouped["bytes"].sum().where(~unknown),
+    }).rename_axis("rank").reset_index()

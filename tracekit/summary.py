@@ -1,0 +1,75 @@
+"""The frozen result of an analysis: numbers and tables only. Renderers read it; nothing changes it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Where the step time of each rank goes.
+
+    Tables (pandas DataFrames; columns documented in ``tracekit.schema``):
+      ranks        one row per rank
+      steps        one row per rank and ProfilerStep
+      collectives  one row per collective call per rank
+      gaps         one row per device idle interval
+    ``run`` holds facts about the run: world size, backend, devices, files read and skipped, the window.
+    """
+
+    ranks: pd.DataFrame
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+    gaps: pd.DataFrame
+    run: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain Python values: tables as lists of records, NaN as None."""
+        return {
+            "run": _plain(self.run),
+            "ranks": _records(self.ranks),
+            "steps": _records(self.steps),
+            "collectives": _records(self.collectives),
+            "gaps": _records(self.gaps),
+        }
+
+    def to_json(self) -> str:
+        """``to_dict()`` as JSON text (NaN becomes null)."""
+        return msgspec.json.encode(self.to_dict()).decode()
+
+    def __str__(self) -> str:
+        from tracekit.render import text_report
+
+        return text_report(self)
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = {c: _plain_column(frame[c]) for c in frame.columns}
+    return [dict(zip(columns, values)) for values in zip(*columns.values())] if len(frame) else []
+
+
+def _plain_column(col: pd.Series) -> list:
+    values = col.astype(object).tolist()
+    return [_plain(v) for v in values]
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value

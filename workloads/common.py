@@ -1,0 +1,379 @@
+"""The harness every workload shares: launch, distributed setup, profiling, the training-step helpers and run.json.
+
+A workload calls `main(train, cfg, name)`; `train(rank, cfg)` then runs in every rank with the process group up.
+Launching:
+- under `torchrun` (RANK and WORLD_SIZE in the environment) each process is one rank;
+- otherwise one process per visible GPU with NCCL, or `cfg.nproc` CPU ranks with gloo, spawned here;
+- `--mode dp` runs one process with DataParallel and no process group.
+If a rank raises, it reports first, then the launcher stops the others and names it; the process group is always destroyed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+from workloads.config import ConfigError, TrainConfig, fail
+
+TRACE_NAME = "rank-{rank}.pt.trace.json.gz"
+RUN_JSON = "run.json"
+STOP_GRACE_S = 3.0
+
+
+def trace_name(rank: int) -> str:
+    """File name of rank `rank`'s trace inside the output folder."""
+    return TRACE_NAME.format(rank=rank)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rank:
+    """Where this process sits in the job."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str | None  # None: no process group (DataParallel)
+    device: torch.device
+    device_names: tuple[str, ...]  # one per rank
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+# ---------------------------------------------------------------------------------------------- launch
+
+def main(train: Callable[[Rank, Any], None], cfg: TrainConfig, name: str, summary: str) -> None:
+    """Run `train` on every rank of the job `cfg` describes, after one line saying where and what (`summary`).
+
+    Exits with code 2 and one line when the machine cannot run `cfg`, with code 1 naming the rank when a rank fails.
+    """
+    prog = f"workloads.{name}"
+    try:
+        _check_machine(cfg)
+        announce(f"{prog}: {machine(cfg)}; {summary}")
+        if cfg.out is None:  # under torchrun every rank makes one; rank 0's wins in `_run_rank`
+            cfg = replace(cfg, out=default_out(name))
+        _launch(train, cfg)
+    except ConfigError as e:
+        fail(prog, str(e))
+    except RankFailed as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _check_machine(cfg: TrainConfig) -> None:
+    if cfg.mode == "dp" and torch.cuda.device_count() == 0:
+        raise ConfigError("--mode dp (DataParallel) needs CUDA GPUs and this machine has none; use --mode ddp")
+    if cfg.mode == "dp" and "RANK" in os.environ:
+        raise ConfigError("--mode dp runs in one process; start it with python, not torchrun")
+
+
+def default_out(name: str) -> str:
+    return f"runs/{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+class RankFailed(RuntimeError):
+    """A rank of a spawned job raised or died; the message names it."""
+
+
+def _launch(train: Callable, cfg: TrainConfig) -> None:
+    gpus = torch.cuda.device_count()
+    if cfg.mode == "dp":
+        names = tuple(torch.cuda.get_device_name(i) for i in range(gpus))
+        train(Rank(rank=0, local_rank=0, world_size=1, backend=None, device=torch.device("cuda", 0),
+                   device_names=names), cfg)
+        return
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        env = os.environ
+        _run_rank(train, cfg, int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
+        return
+    world = gpus or cfg.nproc
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    if world == 1:
+        os.environ.update(env)
+        _run_rank(train, cfg, 0, 0, 1)
+        return
+    _spawn(train, cfg, world, env)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(train: Callable, cfg: TrainConfig, world: int, env: dict[str, str]) -> None:
+    """Start `world` rank processes; if one fails, stop the rest and raise `RankFailed` naming the first to fail."""
+    ctx = mp.get_context("spawn")
+    reports = ctx.SimpleQueue()  # failing ranks put (rank, line) here before they tear down
+    procs = [ctx.Process(target=_child, args=(r, world, env, train, cfg, reports), name=f"rank-{r}")
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        first_dead = _wait_for_failure(procs)
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    if first_dead is None:
+        return
+    _stop(procs)
+    if not reports.empty():
+        rank, line = reports.get()
+    else:
+        rank, line = first_dead, f"exit code {procs[first_dead].exitcode}"
+    others = sum(p.exitcode != 0 for i, p in enumerate(procs) if i != rank)
+    raise RankFailed(f"rank {rank} failed: {line} (stopped the other {world - 1} ranks; {others} exited non-zero)")
+
+
+def _wait_for_failure(procs: list[mp.Process]) -> int | None:
+    """Block until all exit 0 (None) or one exits non-zero (its index)."""
+    alive = {p.sentinel: i for i, p in enumerate(procs)}
+    while alive:
+        for sentinel in multiprocessing.connection.wait(list(alive)):
+            i = alive.pop(sentinel)
+            procs[i].join()
+            if procs[i].exitcode != 0:
+                return i
+    return None
+
+
+def _stop(procs: list[mp.Process]) -> None:
+    """Give the others a moment to fail on their own, then SIGTERM, then SIGKILL."""
+    for action in (None, mp.Process.terminate, mp.Process.kill):
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            if action is not None and p.is_alive():
+                action(p)
+            p.join(max(0.0, deadline - time.monotonic()))
+        if not any(p.is_alive() for p in procs):
+            return
+
+
+def _child(rank: int, world: int, env: dict[str, str], train: Callable, cfg: TrainConfig, reports) -> None:
+    os.environ.update(env)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # CPU ranks share the cores
+    try:
+        _run_rank(train, cfg, rank, rank, world, reports)
+    except Exception:
+        sys.exit(1)  # already reported and printed
+
+
+# ------------------------------------------------------------------------------------- distributed setup
+
+def _run_rank(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, world: int, reports=None) -> None:
+    """Bring the process group up, run `train`, report a failure before tearing down, always destroy the group."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)
+    backend = "nccl" if on_gpu else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=cfg.timeout_s))
+    try:
+        names: list[Any] = [None] * world
+        dist.all_gather_object(names, _device_name(device))
+        out = [cfg.out]
+        dist.broadcast_object_list(out, src=0)  # torchrun ranks may have made different timestamped folders
+        me = Rank(rank=rank, local_rank=local_rank, world_size=world, backend=backend, device=device,
+                  device_names=tuple(names))
+        train(me, replace(cfg, out=out[0]))
+    except Exception as e:
+        line = f"{type(e).__name__}: {e}".splitlines()[0]
+        if reports is not None:
+            reports.put((rank, line))
+        traceback.print_exc()
+        print(f"rank {rank} failed: {line}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through `finally`, so the process group is destroyed
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "cpu: " + line.split(":", 1)[1].strip()
+    return "cpu"
+
+
+def wrap_model(model: torch.nn.Module, cfg: TrainConfig, rank: Rank) -> torch.nn.Module:
+    """Move `model` to the rank's device and wrap it in DDP (or DataParallel for --mode dp)."""
+    model = model.to(rank.device)
+    if rank.backend is None:
+        return DataParallel(model)
+    ids = [rank.local_rank] if rank.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb)
+
+
+def process_batch(cfg: TrainConfig, rank: Rank) -> int:
+    """Samples per micro-batch in this process: --batch-size, times the GPU count for DataParallel, which splits it."""
+    return cfg.batch_size * (len(rank.device_names) if rank.backend is None else 1)
+
+
+def global_batch(cfg: TrainConfig, rank: Rank) -> int:
+    """Samples per optimizer step over all ranks and micro-batches."""
+    return process_batch(cfg, rank) * cfg.accum * rank.world_size
+
+
+def announce(message: str) -> None:
+    """Print `message` once per job: in the launching process, or on rank 0 under torchrun."""
+    if os.environ.get("RANK", "0") == "0":
+        print(message, flush=True)
+
+
+def machine(cfg: TrainConfig) -> str:
+    """Where the job will run, in words, for the line that says which config was chosen."""
+    if "WORLD_SIZE" in os.environ:
+        return f"torchrun, {os.environ['WORLD_SIZE']} ranks"
+    gpus = torch.cuda.device_count()
+    if cfg.mode == "dp":
+        return f"DataParallel over {gpus} GPUs"
+    return f"{gpus} GPUs, NCCL" if gpus else f"no CUDA GPU, {cfg.nproc} CPU ranks with gloo"
+
+
+# ------------------------------------------------------------------------------------------ profiling
+
+@contextlib.contextmanager
+def profiling(cfg: TrainConfig, rank: Rank) -> Iterator[torch.profiler.profile | None]:
+    """Yield a torch.profiler on the wait/warmup/active schedule, writing this rank's gzip trace, or None without --profile.
+
+    Call `prof.step()` once per optimizer step, so that `ProfilerStep#i` is optimizer step i.
+    """
+    if not cfg.profile:
+        yield None
+        return
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    path = str(Path(cfg.out) / trace_name(rank.rank))
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if rank.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    schedule = torch.profiler.schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=1)
+    with torch.profiler.profile(activities=activities, schedule=schedule, record_shapes=True,
+                                on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+        yield prof
+    if hasattr(prof, "wait_for_exports"):
+        prof.wait_for_exports()
+
+
+@contextlib.contextmanager
+def micro_batch(model: torch.nn.Module, cfg: TrainConfig, rank: Rank, step: int, i: int) -> Iterator[None]:
+    """Run micro-batch `i` of optimizer `step`: labelled `microbatch#i`, gradients synced only on the last one.
+
+    Also injects the test faults: the straggler's sleep before the forward pass, and the failing rank's error.
+    """
+    last = i == cfg.accum - 1
+    sync = contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
+    with sync, torch.profiler.record_function(f"microbatch#{i}"):
+        if rank.rank == cfg.straggler_rank:
+            with torch.profiler.record_function("straggler_sleep"):
+                time.sleep(cfg.straggler_ms / 1e3)
+        if rank.rank == cfg.fail_rank and step == 1:
+            raise RuntimeError(f"deliberate failure on rank {rank.rank} at step {step} (--fail-rank)")
+        yield
+
+
+def autocast(cfg: TrainConfig, rank: Rank) -> torch.autocast:
+    """Autocast for --amp (a no-op context with --amp off)."""
+    dtype = torch.float16 if cfg.amp == "fp16" else torch.bfloat16
+    return torch.autocast(device_type=rank.device.type, dtype=dtype, enabled=cfg.amp != "off")
+
+
+def grad_scaler(cfg: TrainConfig, rank: Rank) -> torch.amp.GradScaler:
+    """A GradScaler, enabled only for --amp fp16."""
+    return torch.amp.GradScaler(rank.device.type, enabled=cfg.amp == "fp16")
+
+
+# ------------------------------------------------------------------------------------ timing and run.json
+
+class StepClock:
+    """Times optimizer steps on this rank and prints progress on rank 0."""
+
+    def __init__(self, cfg: TrainConfig, rank: Rank):
+        self.cfg, self.rank = cfg, rank
+        self.samples_per_step = global_batch(cfg, rank)
+        self.step_ms: list[float] = []
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self, step: int, loss: float) -> None:
+        """End `step`; `loss` is a Python float, so the device has finished the step."""
+        ms = (time.perf_counter() - self._t0) * 1e3
+        self.step_ms.append(ms)
+        if self.rank.is_main:
+            tag = " [profiled]" if self.cfg.profile and step in self.cfg.profiled_steps else ""
+            print(f"step {step + 1:>4}/{self.cfg.steps} | loss {loss:8.4f} | "
+                  f"{self.samples_per_step / ms * 1e3:9.1f} samples/s | {ms:8.1f} ms{tag}", flush=True)
+
+    def throughput(self) -> dict[str, float | None]:
+        """Samples/s over steps with the profiler off and over recorded steps; step 0 (start-up) is left out."""
+        cfg = self.cfg
+        window = range(cfg.wait, cfg.profiled_steps.stop) if cfg.profile else range(0)
+        off = [ms for i, ms in enumerate(self.step_ms) if i > 0 and i not in window]
+        on = [ms for i, ms in enumerate(self.step_ms) if cfg.profile and i in cfg.profiled_steps]
+        return {"unprofiled": self._rate(off), "profiled": self._rate(on)}
+
+    def _rate(self, step_ms: list[float]) -> float | None:
+        return round(self.samples_per_step * len(step_ms) / sum(step_ms) * 1e3, 3) if step_ms else None
+
+
+def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.nn.Module, workload: str) -> Path:
+    """Write run.json into cfg.out (rank 0 only): config, job, versions, parameter count, step times, throughput."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = {
+        "workload": workload,
+        "config": asdict(cfg),
+        "world_size": rank.world_size,
+        "backend": rank.backend,
+        "mode": cfg.mode,
+        "devices": list(rank.device_names),
+        "versions": _versions(),
+        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "optimizer_steps": cfg.steps,
+        "micro_batches_per_step": cfg.accum,
+        "samples_per_step": clock.samples_per_step,
+        "profiled_steps": list(cfg.profiled_steps) if cfg.profile else [],
+        "traces": [trace_name(r) for r in range(rank.world_size)] if cfg.profile else [],
+        "step_ms": [round(ms, 3) for ms in clock.step_ms],
+        "throughput_samples_per_s": clock.throughput(),
+        "command": [Path(sys.executable).name, *sys.argv],
+        "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+    path = out / RUN_JSON
+    path.write_text(json.dumps(run, indent=2) + "\n")
+    return path
+
+
+def _versions() -> dict[str, str | None]:
+    nccl = None
+    with contextlib.suppress(Exception):  # builds without NCCL
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "python": sys.version.split()[0]}
