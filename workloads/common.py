@@ -201,7 +201,8 @@ def _run_rank(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, wor
         line = f"{type(e).__name__}: {e}".splitlines()[0]
         if reports is not None:
             reports.put((rank, line))
-        traceback.print_exc()
+        if not isinstance(e, ConfigError):
+            traceback.print_exc()
         print(f"rank {rank} failed: {line}", file=sys.stderr, flush=True)
         raise
     finally:

@@ -126,8 +126,11 @@ def base_parser(prog: str, manual: str) -> Parser:
 C = TypeVar("C", bound=TrainConfig)
 
 
-def build(cls: type[C], args: argparse.Namespace, defaults: dict[str, Any]) -> C:
-    """Make a `cls` from parsed flags, taking `defaults` for the flags left unset (None)."""
+def build(cls: type[C], parser: Parser, argv: list[str] | None, defaults: dict[str, Any]) -> C:
+    """Make a `cls` from the flags in `argv`, taking `defaults` for those left unset; a bad value exits with one line."""
     names = {f.name for f in fields(cls)}
-    given = {k: v for k, v in vars(args).items() if v is not None and k in names}
-    return cls(**{**defaults, **given})
+    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and k in names}
+    try:
+        return cls(**{**defaults, **given})
+    except ConfigError as e:
+        parser.error(str(e))

@@ -38,7 +38,7 @@ from workloads.data import SyntheticImages, batches
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101")
 GPU_DEFAULTS = dict(model="resnet50", image_size=224, batch_size=64, steps=30, workers=4, classes=1000, lr=0.1)
-CPU_DEFAULTS = dict(model="resnet18", image_size=32, batch_size=8, steps=10, workers=0, classes=10, lr=0.1)
+CPU_DEFAULTS = dict(model="resnet18", image_size=32, batch_size=8, steps=10, workers=0, classes=10, lr=0.01)
 
 
 # ----------------------------------------------------------------------------------------------- config
@@ -60,9 +60,11 @@ class ResNetConfig(TrainConfig):
             raise ConfigError(f"--image-size must be >= 16, got {self.image_size}")
         if self.data and self.cifar10:
             raise ConfigError("give --data or --cifar10, not both")
-        for flag, folder in (("--data", self.data), ("--cifar10", self.cifar10)):
-            if folder and not Path(folder).is_dir():
-                raise ConfigError(f"{flag} {folder}: no such folder")
+        if self.data and not Path(self.data).is_dir():
+            raise ConfigError(f"--data {self.data}: no such folder")
+        if self.cifar10 and not (Path(self.cifar10) / "cifar-10-batches-py").is_dir():
+            raise ConfigError(f"--cifar10 {self.cifar10}: no cifar-10-batches-py folder in it; "
+                              "download CIFAR-10 (python version) there first")
 
 
 def parse_config(argv: list[str] | None = None) -> tuple[ResNetConfig, str]:
@@ -76,7 +78,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ResNetConfig, str]:
     m.add_argument("--data", help="ImageFolder root (class sub-folders) instead of synthetic images")
     m.add_argument("--cifar10", help="folder holding the downloaded CIFAR-10 (cifar-10-batches-py)")
     gpu = torch.cuda.is_available()
-    cfg = build(ResNetConfig, p.parse_args(argv), GPU_DEFAULTS if gpu else CPU_DEFAULTS)
+    cfg = build(ResNetConfig, p, argv, GPU_DEFAULTS if gpu else CPU_DEFAULTS)
     summary = (f"{cfg.model}, {cfg.image_size}px images, batch {cfg.batch_size} per rank, {cfg.steps} steps"
                f" ({'GPU' if gpu else 'CPU'} defaults; flags override)")
     return cfg, summary
@@ -94,10 +96,7 @@ def make_dataset(cfg: ResNetConfig, samples: int) -> torch.utils.data.Dataset:
     transform = t.Compose([crop, t.RandomHorizontalFlip(), t.ToTensor(), normalize])
     if cfg.data is not None:
         return torchvision.datasets.ImageFolder(cfg.data, transform=transform)
-    try:
-        return torchvision.datasets.CIFAR10(cfg.cifar10, train=True, download=False, transform=transform)
-    except RuntimeError as e:  # torchvision says "Dataset not found or corrupted"
-        raise ConfigError(f"--cifar10 {cfg.cifar10}: {e}") from e
+    return torchvision.datasets.CIFAR10(cfg.cifar10, train=True, download=False, transform=transform)
 
 
 # ----------------------------------------------------------------------------------------------- train

@@ -1,0 +1,3 @@
+from tracekit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""``tracekit`` command line: a thin layer over the library. Errors print one line and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tracekit.api import summarize
+from tracekit.errors import TracekitError
+from tracekit.metrics import WINDOWS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tracekit", description="Where the step time of a PyTorch DDP job goes.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    summary = commands.add_parser("summarize", help="summarize a folder of per-rank traces (or one trace file)",
+                                  description="Print the per-rank summary of a run, or its JSON.")
+    summary.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
+    summary.add_argument("--json", action="store_true", help="print JSON instead of the text report")
+    summary.add_argument("--window", choices=WINDOWS, default="drop_last",
+                         help="time the metrics cover (default: all ProfilerSteps but the last, as HTA)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "summarize":
+            result = summarize(args.trace_dir, window=args.window)
+            sys.stdout.write(result.to_json() + "\n" if args.json else str(result))
+    except TracekitError as err:
+        print(f"tracekit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
