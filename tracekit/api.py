@@ -11,7 +11,7 @@ from tracekit import metrics
 from tracekit.classify import classify, step_table
 from tracekit.collectives import collective_table
 from tracekit.config import Config
-from tracekit.reader import TraceSet, read_traces
+from tracekit.reader import DEVICE_CATEGORIES, TraceSet, read_traces
 from tracekit.schema import RANK_COLUMNS
 from tracekit.summary import Summary
 
@@ -53,16 +53,17 @@ def summarize_traces(traces: TraceSet, config: Config, source: str = "") -> Summ
     step_rows["in_window"] = pd.MultiIndex.from_arrays([step_rows["rank"], step_rows["step"]]).isin(
         pd.MultiIndex.from_arrays([kept["rank"], kept["step"]])) if len(step_rows) else []
 
-    ranks = _rank_table(traces, dev, step_rows, collectives[collectives["in_window"]])
+    ranks = _rank_table(traces, events, dev, step_rows, collectives[collectives["in_window"]])
     gaps = metrics.gap_table(dev, origin_ns)
     return Summary(ranks=ranks, steps=step_rows, collectives=collectives, gaps=gaps,
                    run=_run_facts(traces, config, source, origin_ns))
 
 
-def _rank_table(traces, dev, step_rows, collectives) -> pd.DataFrame:
+def _rank_table(traces, events, dev, step_rows, collectives) -> pd.DataFrame:
+    gpu_ranks = set(events.loc[events["cat"].isin(DEVICE_CATEGORIES), "rank"].unique().tolist())
     base = pd.DataFrame({
         "rank": [m.rank for m in traces.ranks],
-        "device": [_device_name(m, dev) for m in traces.ranks],
+        "device": [_device_name(m, gpu_ranks) for m in traces.ranks],
     })
     window_steps = step_rows[step_rows["in_window"]] if len(step_rows) else step_rows
     per_step = window_steps.groupby("rank").agg(steps=("step", "size"), step_time_us=("step_us", "mean")).reset_index()
@@ -78,14 +79,11 @@ def _rank_table(traces, dev, step_rows, collectives) -> pd.DataFrame:
     return table[list(RANK_COLUMNS)]
 
 
-def _device_name(meta, dev) -> str:
-    if meta.rank not in set(dev["rank"].unique()) or meta.backend == "gloo" and not meta.device_names:
-        pass
-    on_gpu = bool(meta.device_names) or meta.backend == "nccl"
-    if not on_gpu:
+def _device_name(meta, gpu_ranks: set) -> str:
+    if meta.rank not in gpu_ranks:
         return "cpu"
-    names = sorted(set(n for n in meta.device_names if n))
-    return names[0] if len(names) == 1 else ("gpu" if not names else " / ".join(names))
+    names = sorted({n for n in meta.device_names if n})
+    return " / ".join(names) if names else "gpu"
 
 
 def _pg_sizes(traces: TraceSet) -> dict:

@@ -50,12 +50,11 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     gpu_ranks = set(out.loc[is_device, "rank"].unique().tolist())
     on_gpu = out["rank"].isin(gpu_ranks).to_numpy()
 
-    name = out["name"].astype(str)
     kernel = is_device & (out["cat"] == "kernel").to_numpy()
-    comm = kernel & (name.str.contains(COMM_KERNEL.pattern, flags=re.IGNORECASE).to_numpy())
+    comm = kernel & _name_matches(out, COMM_KERNEL)
     comm |= kernel & _rows_mask(out, comm_args.loc[comm_args["collective"].notna(), ["rank", "row"]])
     comm |= kernel & launch["in_comm_annotation"].to_numpy()
-    memory = is_device & ~comm & (~kernel | name.str.contains(MEMORY_KERNEL.pattern, flags=re.IGNORECASE).to_numpy())
+    memory = is_device & ~comm & (~kernel | _name_matches(out, MEMORY_KERNEL))
     kind[is_device] = "compute"
     kind[memory] = "memory"
     kind[comm] = "comm"
@@ -142,6 +141,14 @@ def _cpu_device_events(events: pd.DataFrame, on_cpu_rank: np.ndarray) -> tuple[n
     host_comm = events["name"].isin(names[names.str.match(_COMM_HOST_OP.pattern)]).to_numpy()
     compute = on_cpu_rank & training & (events["cat"] == "cpu_op").to_numpy() & ~host_comm & (events["dur_ns"] >= 0).to_numpy()
     return compute, comm
+
+
+def _name_matches(events: pd.DataFrame, pattern: re.Pattern) -> np.ndarray:
+    """Regex over the distinct names only (a categorical's categories), then mapped to rows."""
+    names = events["name"].cat.categories
+    hits = np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))
+    codes = events["name"].cat.codes.to_numpy()
+    return hits[codes] & (codes >= 0)
 
 
 def _rows_mask(events: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:

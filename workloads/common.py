@@ -123,7 +123,7 @@ def _free_port() -> int:
 def _spawn(train: Callable, cfg: TrainConfig, world: int, env: dict[str, str]) -> None:
     """Start `world` rank processes; if one fails, stop the rest and raise `RankFailed` naming the first to fail."""
     ctx = mp.get_context("spawn")
-    reports = ctx.SimpleQueue()  # failing ranks put (rank, line) here before they tear down
+    reports = ctx.SimpleQueue()  # a failing rank puts (rank, traceback) here before it tears its group down
     procs = [ctx.Process(target=_child, args=(r, world, env, train, cfg, reports), name=f"rank-{r}")
              for r in range(world)]
     for p in procs:
@@ -136,12 +136,14 @@ def _spawn(train: Callable, cfg: TrainConfig, world: int, env: dict[str, str]) -
     if first_dead is None:
         return
     _stop(procs)
-    if not reports.empty():
-        rank, line = reports.get()
-    else:
-        rank, line = first_dead, f"exit code {procs[first_dead].exitcode}"
-    others = sum(p.exitcode != 0 for i, p in enumerate(procs) if i != rank)
-    raise RankFailed(f"rank {rank} failed: {line} (stopped the other {world - 1} ranks; {others} exited non-zero)")
+    # The first report is the root cause: the others fail only once its sockets close or the timeout passes.
+    rank, trace = reports.get() if not reports.empty() else (first_dead, f"exit code {procs[first_dead].exitcode}")
+    print(trace, file=sys.stderr, end="")
+    raise RankFailed(f"rank {rank} failed: {_last_line(trace)} (the other {world - 1} ranks were stopped)")
+
+
+def _last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
 
 
 def _wait_for_failure(procs: list[mp.Process]) -> int | None:
@@ -174,7 +176,7 @@ def _child(rank: int, world: int, env: dict[str, str], train: Callable, cfg: Tra
     try:
         _run_rank(train, cfg, rank, rank, world, reports)
     except Exception:
-        sys.exit(1)  # already reported and printed
+        sys.exit(1)  # `_run_rank` has reported it to the launcher
 
 
 # ------------------------------------------------------------------------------------- distributed setup
@@ -198,12 +200,11 @@ def _run_rank(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, wor
                   device_names=tuple(names))
         train(me, replace(cfg, out=out[0]))
     except Exception as e:
-        line = f"{type(e).__name__}: {e}".splitlines()[0]
+        trace = _last_line(f"{type(e).__name__}: {e}") + "\n" if isinstance(e, ConfigError) else traceback.format_exc()
         if reports is not None:
-            reports.put((rank, line))
-        if not isinstance(e, ConfigError):
-            traceback.print_exc()
-        print(f"rank {rank} failed: {line}", file=sys.stderr, flush=True)
+            reports.put((rank, trace))  # the launcher prints the first failure only
+        else:
+            print(trace + f"rank {rank} failed: {_last_line(trace)}", file=sys.stderr, flush=True)
         raise
     finally:
         dist.destroy_process_group()
