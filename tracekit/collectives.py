@@ -65,7 +65,7 @@ def dtype_bytes(dtype: str | None) -> float:
     return float(_DTYPE_BYTES.get(key, np.nan))
 
 
-def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: dict, origin_ns: int) -> pd.DataFrame:
+def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: dict) -> pd.DataFrame:
     """Collectives of every rank. ``events`` is classified; ``pg_sizes`` maps (rank, pg) -> size, and (rank, None) -> size of the only pg."""
     calls = events[events["kind"] == "comm"]
     calls = calls[(calls["cat"] == "kernel") | calls["name"].astype(str).str.match(COMM_ANNOTATION.pattern)]
@@ -90,7 +90,7 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
                                              "send", "recv", "barrier", "other"]),
         "pg": meta["pg"].to_numpy(),
         "seq": meta["seq"].to_numpy(),
-        "start_us": (calls["ts_ns"].to_numpy() - origin_ns) / 1e3,
+        "start_ns": calls["ts_ns"].to_numpy(),
         "dur_us": dur_us,
         "bytes": nbytes,
         "dtype": meta["dtype"].to_numpy(),
@@ -99,7 +99,7 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
         "busbw_gbps": algbw * factor,
         "name": calls["name"].astype(str).to_numpy(),
         "row": calls.index.to_numpy(),
-    }).sort_values(["rank", "start_us"], ignore_index=True)
+    }).sort_values(["rank", "start_ns"], ignore_index=True)
 
 
 def _payload_bytes(op, in_n, out_n, group):

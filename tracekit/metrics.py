@@ -75,7 +75,7 @@ def rank_breakdown(dev: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per rank and ProfilerStep, the plugin's split: compute and comm not overlapped, overlap, and other (us).
 
     A step runs from its annotation's start to the next step's start (the last one to its annotation's end),
@@ -91,25 +91,25 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame, origin_ns:
         both = iv.covered_within(sets["overlap"], starts, ends)
         step_ns = ends - starts
         parts.append(pd.DataFrame({
-            "rank": rank, "step": group["step"].to_numpy(), "start_us": (starts - origin_ns) / 1e3,
+            "rank": rank, "step": group["step"].to_numpy(), "start_ns": starts,
             "step_us": step_ns / 1e3, "compute_us": (comp - both) / 1e3, "overlap_us": both / 1e3,
             "exposed_comm_us": (comm - both) / 1e3, "other_us": (step_ns - comp - comm + both) / 1e3,
             "comm_us": comm / 1e3,
         }))
-    columns = ["rank", "step", "start_us", "step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
+    columns = ["rank", "step", "start_ns", "step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
-def gap_table(dev: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+def gap_table(dev: pd.DataFrame) -> pd.DataFrame:
     """Every maximal interval inside a rank's window span where no device event runs."""
     parts = []
     for rank, group in dev.groupby("rank", sort=True):
         busy = iv.merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())
         lo, hi = int(group["start_ns"].min()), int(group["end_ns"].max())
         gs, ge = iv.complement(busy, lo, hi)
-        parts.append(pd.DataFrame({"rank": rank, "start_us": (gs - origin_ns) / 1e3, "dur_us": (ge - gs) / 1e3}))
+        parts.append(pd.DataFrame({"rank": rank, "start_ns": gs, "dur_us": (ge - gs) / 1e3}))
     if not parts:
-        return pd.DataFrame({"rank": pd.Series(dtype="int32"), "start_us": pd.Series(dtype=float),
+        return pd.DataFrame({"rank": pd.Series(dtype="int32"), "start_ns": pd.Series(dtype="int64"),
                              "dur_us": pd.Series(dtype=float)})
     return pd.concat(parts, ignore_index=True)
 

@@ -148,13 +148,18 @@ def read_traces(path: str | Path) -> TraceSet:
     return combine(parts, skipped)
 
 
-def combine(parts, skipped=()) -> TraceSet:
-    """Join per-rank results into one TraceSet, refusing two files with the same rank."""
+def check_unique_ranks(metas) -> None:
+    """Refuse two files that claim the same rank: one must never silently replace the other."""
     seen: dict[int, str] = {}
-    for meta, _, _ in parts:
+    for meta in metas:
         if meta.rank in seen:
             raise DuplicateRankError(meta.rank, seen[meta.rank], meta.path)
         seen[meta.rank] = meta.path
+
+
+def combine(parts, skipped=()) -> TraceSet:
+    """Join per-rank results into one TraceSet, refusing two files with the same rank."""
+    check_unique_ranks(p[0] for p in parts)
     parts = sorted(parts, key=lambda p: p[0].rank)
     events = pd.concat([p[1] for p in parts], ignore_index=True)
     for col in ("cat", "name", "pid", "tid"):

@@ -1,0 +1,179 @@
+"""The workloads: their command lines, their failures, and real 2-rank gloo runs read back with tracekit."""
+
+import gzip
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+import torch  # noqa: E402
+
+import tracekit  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2", "--batch-size", "4", "--nproc", "2"]
+TINY_RESNET = [*TINY, "--model", "resnet18", "--image-size", "32"]
+TINY_GPT = [*TINY, "--n-layer", "1", "--n-embd", "64", "--n-head", "2", "--seq-len", "32", "--vocab-size", "8192"]
+
+
+def workload(name: str, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"workloads.{name}", *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def profiled_run(name: str, out: Path, *flags: str) -> Path:
+    done = workload(name, *flags, "--profile", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def trace(run: Path, rank: int) -> dict:
+    with gzip.open(run / f"rank-{rank}.pt.trace.json.gz") as f:
+        return json.load(f)
+
+
+def annotations(doc: dict, prefix: str) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(prefix)]
+
+
+# --------------------------------------------------------------------------------------------- the CLI
+
+@pytest.mark.parametrize("name", ["resnet", "gpt"])
+def test_help_is_the_manual(name):
+    done = workload(name, "--help")
+    assert done.returncode == 0
+    for words in ("torchrun --standalone", "--nnodes", "CUDA_VISIBLE_DEVICES=0", "--nproc", "--profile", "--amp"):
+        assert words in done.stdout
+
+
+@pytest.mark.parametrize("name, flags, message", [
+    ("resnet", ["--accum", "0"], "--accum must be >= 1, got 0"),
+    ("resnet", ["--model", "resnet7"], "--model must be one of"),
+    ("resnet", ["--profile", "--steps", "3"], "ends before the profiled window"),
+    ("gpt", ["--n-embd", "100", "--n-head", "3"], "--n-embd 100 is not a multiple of --n-head 3"),
+])
+def test_bad_flags_exit_with_one_line(name, flags, message):
+    done = workload(name, *flags)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert message in done.stderr and done.stderr.startswith(f"workloads.{name}: error:")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="DataParallel runs where there are GPUs")
+def test_dp_without_gpus_exits_with_one_line():
+    done = workload("resnet", "--mode", "dp")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("workloads.resnet: error: --mode dp (DataParallel) needs CUDA GPUs and this machine"
+                                   " has none; use --mode ddp")
+
+
+@pytest.mark.slow
+def test_a_failing_rank_stops_every_rank_and_is_named(tmp_path):
+    done = workload("gpt", *TINY_GPT, "--fail-rank", "1", "--timeout-s", "30", "--out", str(tmp_path), timeout=60)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("workloads.gpt: error: rank 1 failed: RuntimeError: deliberate failure on rank 1")
+
+
+@pytest.mark.slow
+def test_image_folder_data(tmp_path):
+    from PIL import Image
+
+    for c in ("cat", "dog"):
+        (tmp_path / "data" / c).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (20, 20), (40 * i, 100, 200)).save(tmp_path / "data" / c / f"{i}.png")
+    done = workload("resnet", "--data", str(tmp_path / "data"), "--steps", "2", "--batch-size", "2",
+                    "--image-size", "16", "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["samples_per_step"] == 4 and run["traces"] == []
+
+
+# ------------------------------------------------------------------------------- real runs, read back
+
+@pytest.fixture(scope="module")
+def resnet_run(tmp_path_factory):
+    return profiled_run("resnet", tmp_path_factory.mktemp("resnet"), *TINY_RESNET)
+
+
+@pytest.fixture(scope="module")
+def resnet_accum_run(tmp_path_factory):
+    return profiled_run("resnet", tmp_path_factory.mktemp("resnet-accum2"), *TINY_RESNET, "--accum", "2")
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    return profiled_run("gpt", tmp_path_factory.mktemp("gpt"), *TINY_GPT, "--straggler-rank", "1",
+                        "--straggler-ms", "5")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["resnet_run", "gpt_run", "resnet_accum_run"])
+def test_run_json_describes_the_run(fixture, request):
+    out = request.getfixturevalue(fixture)
+    run = json.loads((out / "run.json").read_text())
+    assert run["world_size"] == 2 and run["backend"] == "gloo" and len(run["devices"]) == 2
+    assert run["traces"] == ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz"]
+    assert all((out / t).exists() for t in run["traces"])
+    assert run["optimizer_steps"] == 5 and len(run["step_ms"]) == 5 and run["profiled_steps"] == [2, 3]
+    assert run["micro_batches_per_step"] == run["config"]["accum"]
+    assert run["samples_per_step"] == 4 * 2 * run["config"]["accum"]
+    assert run["throughput_samples_per_s"]["unprofiled"] > 0 and run["throughput_samples_per_s"]["profiled"] > 0
+    assert run["versions"]["torch"] == torch.__version__
+    for rank in (0, 1):
+        assert trace(out, rank)["distributedInfo"]["rank"] == rank
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["resnet_run", "gpt_run", "resnet_accum_run"])
+def test_allreduce_bytes_per_optimizer_step_are_the_gradients(fixture, request):
+    out = request.getfixturevalue(fixture)
+    run = json.loads((out / "run.json").read_text())
+    gradient_bytes = 4 * run["trainable_params"]  # float32 gradients
+    s = tracekit.summarize(out)
+    ar = s.collectives[s.collectives["op"] == "all_reduce"]
+    per_step = ar.groupby(["rank", "step"])["bytes"].sum()
+    assert sorted(per_step.index) == [(r, st) for r in (0, 1) for st in run["profiled_steps"]]
+    assert (per_step == gradient_bytes).all(), per_step
+    for rank in (0, 1):  # the same, straight from the trace: gloo's annotations carry the bucket sizes
+        doc = trace(out, rank)
+        for step in annotations(doc, "ProfilerStep#"):
+            buckets = [e for e in annotations(doc, "gloo:all_reduce") if _inside(e["ts"], step)]
+            assert sum(4 * math.prod(e["args"]["Input Dims"][0]) for e in buckets) == gradient_bytes
+
+
+@pytest.mark.slow
+def test_accumulation_all_reduces_only_in_the_last_micro_batch(resnet_accum_run, resnet_run):
+    s = tracekit.summarize(resnet_accum_run)
+    ar = s.collectives[s.collectives["op"] == "all_reduce"]
+    for rank in (0, 1):
+        doc = trace(resnet_accum_run, rank)
+        to_summary_us = doc.get("baseTimeNanoseconds", 0) / 1e3 - s.run["origin_us"]
+        last = {int(_step_of(e, doc).removeprefix("ProfilerStep#")): e for e in annotations(doc, "microbatch#1")}
+        assert len(annotations(doc, "microbatch#0")) == len(last) == 2
+        mine = ar[ar["rank"] == rank]
+        assert len(mine) > 0
+        for step, start_us in zip(mine["step"], mine["start_us"]):
+            window = last[step]
+            assert window["ts"] + to_summary_us <= start_us <= window["ts"] + window["dur"] + to_summary_us
+    plain, accum = (json.loads((r / "run.json").read_text()) for r in (resnet_run, resnet_accum_run))
+    assert plain["trainable_params"] == accum["trainable_params"]
+
+
+@pytest.mark.slow
+def test_the_straggler_sleeps_before_each_forward(gpt_run):
+    assert len(annotations(trace(gpt_run, 1), "straggler_sleep")) == 2  # 2 profiled steps, 1 micro-batch each
+    assert annotations(trace(gpt_run, 0), "straggler_sleep") == []
+
+
+def _inside(ts: float, window: dict) -> bool:
+    return window["ts"] <= ts <= window["ts"] + window["dur"]
+
+
+def _step_of(event: dict, doc: dict) -> str:
+    return next(s["name"] for s in annotations(doc, "ProfilerStep#") if _inside(event["ts"], s))
