@@ -158,7 +158,7 @@ def test_accumulation_all_reduces_only_in_the_last_micro_batch(resnet_accum_run,
         assert len(annotations(doc, "microbatch#0")) == len(last) == 2
         mine = ar[ar["rank"] == rank]
         assert len(mine) > 0
-        for step, start_us in zip(mine["step"], mine["start_us"]):
+        for step, start_us in zip(mine["step"], mine["start_us"], strict=True):
             window = last[step]
             assert window["ts"] + to_summary_us <= start_us <= window["ts"] + window["dur"] + to_summary_us
     plain, accum = (json.loads((r / "run.json").read_text()) for r in (resnet_run, resnet_accum_run))

@@ -52,7 +52,8 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
 
     kernel = is_device & (out["cat"] == "kernel").to_numpy()
     comm = kernel & _name_matches(out, COMM_KERNEL)
-    comm |= kernel & _rows_mask(out, comm_args.loc[comm_args["collective"].notna(), ["rank", "row"]])
+    named = comm_args["collective"].notna() & (comm_args["collective"].astype(str).str.lower() != "wait")
+    comm |= kernel & _rows_mask(out, comm_args.loc[named, ["rank", "row"]])
     comm |= kernel & launch["in_comm_annotation"].to_numpy()
     memory = is_device & ~comm & (~kernel | _name_matches(out, MEMORY_KERNEL))
     kind[is_device] = "compute"

@@ -113,39 +113,37 @@ def _payload_bytes(op, in_n, out_n, group):
 
 
 def _metadata(events, comm_args, calls) -> pd.DataFrame:
-    """Per call: the first known value of each field among its own args, record_param_comms, and the annotation."""
-    fields = ["collective", "pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size"]
-    by_row = comm_args.set_index("row")
-    own = by_row.reindex(calls.index)[fields + ["input_nelems", "input_type"]]
-    own["collective"] = own["collective"].where(own["collective"].notna(), calls["name"].astype(str))
-    # gloo annotations and kernels with bare names: sizes from Input Dims only for ops whose first input is the payload.
-    own = _sizes_from_input_dims(own)
+    """Per call, each field from the first source that knows it: the call's own args, then the
+    ``record_param_comms`` around its launch, then the ``nccl:*`` annotation around its launch."""
+    own = comm_args.set_index("row").reindex(calls.index)
     outer = _enclosing(events, comm_args, calls, r"^record_param_comms$")
     annotation = _enclosing(events, comm_args, calls, COMM_ANNOTATION.pattern)
-    annotation = _sizes_from_input_dims(annotation.assign(collective=annotation["name"]))
-    outer = _sizes_from_input_dims(outer)
-    merged = own[fields].astype(object)
-    is_kernel = (calls["cat"] == "kernel").to_numpy()
-    for source in (outer, annotation):
-        for f in fields:
-            take = merged[f].isna().to_numpy() & is_kernel & source[f].notna().to_numpy()
-            if f == "collective":  # a bare kernel name says less than any annotation
-                take = is_kernel & source[f].notna().to_numpy() & own["collective"].eq(calls["name"].astype(str)).to_numpy()
-                take &= ~np.array([str(v).lower() == "wait" for v in source[f]], dtype=bool)
-            merged.loc[take, f] = source.loc[take, f].to_numpy()
+    sources = (own, outer, annotation)
+    not_wait = [src["collective"].where(src["collective"].astype(str).str.lower() != "wait") for src in sources]
+    # The op: a collective named in args beats an annotation's name, which beats a bare kernel name.
+    collective = _first(*not_wait, annotation["name"], pd.Series(calls["name"].astype(str).to_numpy(), index=calls.index))
+    merged = pd.DataFrame({"collective": collective})
+    for f in ("pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size"):
+        merged[f] = _first(*(src[f] for src in sources))
+    # Input Dims name the payload only where the first input is the buffer reduced or broadcast.
+    sized_by_dims = np.isin([normalize_op(c) for c in collective], ["all_reduce", "broadcast"])
+    dims = _first(own["input_nelems"], annotation["input_nelems"], outer["input_nelems"])
+    dims_type = _first(own["input_type"].where(own["input_nelems"].notna()),
+                       annotation["input_type"].where(annotation["input_nelems"].notna()),
+                       outer["input_type"].where(outer["input_nelems"].notna()))
+    take = sized_by_dims & merged["in_nelems"].isna().to_numpy() & dims.notna().to_numpy()
+    merged.loc[take, "in_nelems"] = dims[take]
+    merged.loc[take & merged["dtype"].isna().to_numpy(), "dtype"] = dims_type[take & merged["dtype"].isna().to_numpy()]
     for f in ("seq", "in_nelems", "out_nelems", "group_size"):
         merged[f] = pd.to_numeric(merged[f]).astype(float)
     return merged
 
 
-def _sizes_from_input_dims(frame: pd.DataFrame) -> pd.DataFrame:
-    ops = [normalize_op(c) for c in frame["collective"]]
-    usable = np.isin(ops, ["all_reduce", "broadcast"])
-    out = frame.astype({"dtype": object, "collective": object})
-    take = out["in_nelems"].isna().to_numpy() & usable & out["input_nelems"].notna().to_numpy()
-    out.loc[take, "in_nelems"] = out.loc[take, "input_nelems"]
-    take_t = out["dtype"].isna().to_numpy() & take
-    out.loc[take_t, "dtype"] = out.loc[take_t, "input_type"]
+def _first(*series: pd.Series) -> pd.Series:
+    """Element-wise first non-missing value across aligned series."""
+    out = series[0].astype(object)
+    for s in series[1:]:
+        out = out.where(out.notna(), s.astype(object))
     return out
 
 

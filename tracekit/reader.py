@@ -91,6 +91,7 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 _COMM_PREFIXES = ("nccl:", "gloo:", "rccl:", "c10d::", "record_param_comms")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".gz")
+_MAX_US = 9.2e15  # int64 nanoseconds end here
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ def _comm_args(rows: list[int], args: list[_Args | None], names: list[str], rank
     return pd.DataFrame({
         "rank": np.full(len(rows), rank, dtype=np.int32),
         "row": np.asarray(rows, dtype=np.int64),  # within this rank; made global by combine()
-        "collective": [a.collective if a.collective is not None else names[i] for a, i in zip(picked, rows)],
+        "collective": [a.collective for a in picked],  # from args only; None when the args do not say
         "pg": [_pg(a) for a in picked],
         "seq": _floats([a.seq for a in picked]),
         "in_nelems": _floats([a.in_nelems for a in picked]),
@@ -329,7 +330,7 @@ def _decode_raw(raw, kind):
 def _to_ns(values: list) -> np.ndarray:
     """Microseconds (int or float with ns decimals) -> int64 ns, exact: the integer and fraction parts are split."""
     us = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    missing = np.isnan(us)
+    missing = np.isnan(us) | (np.abs(us) > _MAX_US)  # beyond int64 ns: an overflowed value, not a time
     us[missing] = 0.0
     whole = np.floor(us)
     ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
