@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from tracekit import metrics
+from tracekit import crossrank, metrics
 from tracekit.config import Config
 from tracekit.errors import NoTracesError, NotATraceError
 from tracekit.rank import RankResult, analyze_rank
@@ -45,16 +46,41 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last") -> Summary:
 
 
 def combine(results: list[RankResult], skipped, config: Config, source: str = "") -> Summary:
-    """Join per-rank results into the run's Summary; two files with the same rank are refused."""
+    """Join per-rank results into the run's Summary: match collectives across ranks, correct clock offsets
+    between hosts, and find stragglers. Two files with the same rank are refused."""
     check_unique_ranks(r.meta for r in results)
     results = sorted(results, key=lambda r: r.meta.rank)
-    origin_ns = min(r.origin_ns for r in results)
-    steps = _relative(pd.concat([r.steps for r in results], ignore_index=True), origin_ns)
-    collectives = _relative(pd.concat([r.collectives for r in results], ignore_index=True), origin_ns)
-    gaps = _relative(pd.concat([r.gaps for r in results], ignore_index=True), origin_ns)
-    ranks = _rank_table(results, steps, collectives[collectives["in_window"]])
-    return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps,
-                   run=_run_facts(results, skipped, config, source, origin_ns))
+    steps = pd.concat([r.steps for r in results], ignore_index=True)
+    collectives = pd.concat([r.collectives for r in results], ignore_index=True)
+    gaps = pd.concat([r.gaps for r in results], ignore_index=True)
+
+    group = crossrank.match_keys(collectives)
+    offsets = crossrank.clock_offsets(collectives, group)
+    hosts = {r.meta.host_name for r in results}
+    shift = crossrank.offsets_to_correct(offsets, same_host=len(hosts) == 1 and None not in hosts)
+    steps, collectives, gaps = (_shift(t, shift) for t in (steps, collectives, gaps))
+    collectives = pd.concat([collectives, crossrank.timing(collectives, group, collectives["start_ns"].to_numpy())],
+                            axis=1)
+    origin_ns = min(r.origin_ns - shift.get(r.meta.rank, 0) for r in results)
+    steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
+
+    ranks = _rank_table(results, steps, collectives)
+    window_steps = int(ranks["steps"].max()) if len(ranks) else 0
+    offsets["corrected"] = offsets["rank"].isin(list(shift))
+    run = _run_facts(results, skipped, config, source, origin_ns)
+    run["clock_offsets"] = offsets.to_dict("records")
+    summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run,
+                      stragglers=crossrank.stragglers(collectives, window_steps),
+                      imbalance=crossrank.imbalance(steps),
+                      mismatches=crossrank.mismatches(collectives, group))
+    return summary
+
+
+def _shift(frame: pd.DataFrame, shift: dict[int, int]) -> pd.DataFrame:
+    """Move each rank's absolute times onto the reference rank's clock."""
+    if not shift or "start_ns" not in frame:
+        return frame
+    return frame.assign(start_ns=frame["start_ns"] - frame["rank"].map(shift).fillna(0).astype(np.int64))
 
 
 def _relative(frame: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
@@ -72,16 +98,19 @@ def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.
     in_window = steps[steps["in_window"].astype(bool)] if len(steps) else steps
     per_step = in_window.groupby("rank").agg(steps=("step", "size"), step_time_us=("step_us", "mean")).reset_index()
     breakdown = pd.concat([r.breakdown for r in results], ignore_index=True)
+    in_window_calls = collectives[collectives["in_window"].astype(bool)]
     table = (base.merge(per_step, on="rank", how="left")
              .merge(breakdown, on="rank", how="left")
-             .merge(metrics.allreduce_totals(collectives), on="rank", how="left"))
+             .merge(metrics.allreduce_totals(in_window_calls), on="rank", how="left")
+             .merge(crossrank.rank_waits(collectives), on="rank", how="left"))
     table["steps"] = table["steps"].fillna(0).astype(int)
     table["allreduce_count"] = table["allreduce_count"].fillna(0).astype(int)
     # No all_reduce at all: zero calls, zero time and zero bytes are all known.
     none = table["allreduce_count"] == 0
     table.loc[none, "allreduce_us"] = 0.0
     table.loc[none, "allreduce_bytes"] = 0.0
-    return table[list(RANK_COLUMNS)]
+    table["last_arrivals"] = table["last_arrivals"].fillna(0).astype(int)
+    return table[list(RANK_COLUMNS) + [c for c in table.columns if c not in RANK_COLUMNS]]
 
 
 def _run_facts(results: list[RankResult], skipped, config: Config, source: str, origin_ns: int) -> dict:

@@ -42,7 +42,8 @@ def step_table(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
-    """A new events table with ``kind`` (device events only) and ``step`` (every event) added."""
+    """A new events table with ``kind`` (device events only), ``launch_ns`` (start of the runtime call that
+    launched a device event, -1 if unknown) and ``step`` (every event) added."""
     out = events.copy()
     launch = _launch_of_device_events(out)
     kind = pd.Series(pd.NA, index=out.index, dtype="object")
@@ -66,7 +67,8 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     kind[cpu_comm] = "comm"
     out["kind"] = pd.Categorical(kind, categories=["compute", "comm", "memory"])
 
-    when = np.where(launch["launch_ts_ns"].to_numpy() >= 0, launch["launch_ts_ns"].to_numpy(), out["ts_ns"].to_numpy())
+    out["launch_ns"] = launch["launch_ts_ns"].to_numpy()
+    when = np.where(out["launch_ns"].to_numpy() >= 0, out["launch_ns"].to_numpy(), out["ts_ns"].to_numpy())
     out["step"] = assign_steps(out["rank"].to_numpy(), when, step_table(out))
     return out
 

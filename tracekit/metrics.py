@@ -26,7 +26,7 @@ def window_steps(steps: pd.DataFrame, window: str) -> pd.DataFrame:
 
 
 def device_view(events: pd.DataFrame, steps: pd.DataFrame, window: str) -> pd.DataFrame:
-    """Device events inside the window: rank, kind, start_ns, end_ns, step."""
+    """Device events inside the window: rank, kind, start_ns, end_ns, step, launch_ns, name."""
     dev = events[events["kind"].notna() & (events["dur_ns"] >= 0)]
     if window != "trace":
         kept = window_steps(steps, window)
@@ -40,6 +40,8 @@ def device_view(events: pd.DataFrame, steps: pd.DataFrame, window: str) -> pd.Da
         "start_ns": dev["ts_ns"].to_numpy(),
         "end_ns": (dev["ts_ns"] + dev["dur_ns"]).to_numpy(),
         "step": dev["step"].to_numpy(),
+        "launch_ns": dev["launch_ns"].to_numpy(),
+        "name": dev["name"].to_numpy(),
     })
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracekit import metrics
+from tracekit import causes, metrics
 from tracekit.classify import classify, step_table
 from tracekit.collectives import collective_table
 from tracekit.config import Config
@@ -58,8 +58,14 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     on_gpu = bool(events["cat"].isin(DEVICE_CATEGORIES).any())
     names = sorted({n for n in meta.device_names if n})
     device = ("gpu" if not names else " / ".join(names)) if on_gpu else "cpu"
-    return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=metrics.rank_breakdown(dev),
-                      steps=step_rows, collectives=collectives, gaps=metrics.gap_table(dev))
+
+    gaps = metrics.gap_table(dev)
+    gaps["cause"] = causes.gap_causes(gaps, dev, events, on_gpu)
+    breakdown = metrics.rank_breakdown(dev)
+    extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, kept)}
+    breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
+    return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
+                      steps=step_rows, collectives=collectives, gaps=gaps)
 
 
 def _in_window(step: pd.Series, steps: pd.DataFrame, kept: pd.DataFrame, config: Config) -> np.ndarray:

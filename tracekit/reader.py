@@ -68,6 +68,7 @@ class _DistributedInfo(msgspec.Struct, gc=False):
 
 class _DeviceProperties(msgspec.Struct, gc=False):
     name: str | None = None
+    computeMajor: _Num = None
 
 
 class _Trace(msgspec.Struct, gc=False):
@@ -75,6 +76,7 @@ class _Trace(msgspec.Struct, gc=False):
     distributedInfo: _DistributedInfo | None = None
     baseTimeNanoseconds: _Num = None
     deviceProperties: list[_DeviceProperties] | None = None
+    host_name: str | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Trace | list[_Event])
@@ -104,6 +106,8 @@ class RankMeta:
     world_size: int | None
     nccl_version: str | None
     device_names: tuple[str, ...]
+    compute_major: int | None  # CUDA compute capability major of the devices (7+ has tensor cores)
+    host_name: str | None
     pg_config: tuple[dict, ...]
     dropped_events: int  # events with no or impossible duration
 
@@ -184,7 +188,9 @@ def read_rank(path: str | Path, default_rank: int | None = None) -> tuple[RankMe
     if not complete and events_list and not any(e.ph for e in events_list):
         raise NotATraceError(path, "a JSON array whose items are not trace events", rank)
     events, comm_args, dropped = _tables(complete, rank, base_ns)
-    devices = () if isinstance(trace, list) else tuple(d.name or "" for d in trace.deviceProperties or ())
+    props = () if isinstance(trace, list) else tuple(trace.deviceProperties or ())
+    devices = tuple(d.name or "" for d in props)
+    majors = [int(d.computeMajor) for d in props if d.computeMajor is not None]
     meta = RankMeta(
         path=str(path),
         rank=rank,
@@ -192,6 +198,8 @@ def read_rank(path: str | Path, default_rank: int | None = None) -> tuple[RankMe
         world_size=int(info.world_size) if info and info.world_size is not None else None,
         nccl_version=info.nccl_version if info else None,
         device_names=devices,
+        compute_major=min(majors) if majors else None,
+        host_name=None if isinstance(trace, list) else trace.host_name,
         pg_config=tuple(_decode_raw(info.pg_config, list) or ()) if info else (),
         dropped_events=dropped,
     )

@@ -40,6 +40,7 @@ EVENT_COLUMNS = {
     "external_id": ("int64", "Kineto external id; -1 when absent"),
     "stream": ("int64", "GPU stream of a device event; -1 when absent or not numeric"),
     "kind": ("category", "compute / comm / memory for device events; missing for host events"),
+    "launch_ns": ("int64", "start of the runtime call that launched a device event; -1 when unknown"),
     "step": ("int64", "ProfilerStep number the event belongs to (device events: by their launch); -1 outside steps"),
 }
 

@@ -19,7 +19,11 @@ class Summary:
       ranks        one row per rank
       steps        one row per rank and ProfilerStep
       collectives  one row per collective call per rank
-      gaps         one row per device idle interval
+      gaps         one row per device idle interval, with its cause
+      stragglers   ranks that arrive last at collectives far more often than chance
+      imbalance    per step: slowest and median step time across ranks
+      mismatches   collectives that do not line up across ranks
+    ``findings`` lists what to change, most severe first.
     ``run`` holds facts about the run: world size, backend, devices, files read and skipped, the window.
     """
 
@@ -28,6 +32,14 @@ class Summary:
     collectives: pd.DataFrame
     gaps: pd.DataFrame
     run: dict[str, Any] = field(default_factory=dict)
+    stragglers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    imbalance: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
+    findings: tuple = ()
+
+    def step_times(self) -> pd.DataFrame:
+        """Rank x step table of step times (us)."""
+        return self.steps.pivot(index="rank", columns="step", values="step_us")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values: tables as lists of records, NaN as None."""
@@ -37,6 +49,10 @@ class Summary:
             "steps": _records(self.steps),
             "collectives": _records(self.collectives),
             "gaps": _records(self.gaps),
+            "stragglers": _records(self.stragglers),
+            "imbalance": _records(self.imbalance),
+            "mismatches": _records(self.mismatches),
+            "findings": [_plain(f.to_dict()) for f in self.findings],
         }
 
     def to_json(self) -> str:

@@ -1,0 +1,78 @@
+"""Why a device sits idle: one cause per gap, read from what the host was doing at the time.
+
+Causes, first match wins:
+  sync       a synchronize call or a blocking copy was running on the host during the gap
+  data       a DataLoader ``__next__`` was running
+  comm_wait  a host-side collective call or wait was running, or the work that ends the gap is a collective
+  host       the launch of the work that ends the gap began after the gap started (the host was late)
+  other      none of these (e.g. a cross-stream dependency)
+On CPU-only ranks the training thread plays the device: a gap is time with no op running on it, and it is
+``host`` (Python between ops) unless one of the first three explains it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit import intervals as iv
+
+CAUSES = ("sync", "data", "comm_wait", "host", "other")
+SYNC_CALL = re.compile(r"(?i)synchronize$|^(cuda|hip)memcpy(withstream)?$|^(cuda|hip)memset$|^aten::(item|_local_scalar_dense)$")
+DATA_LOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
+HOST_COMM = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:|rccl:)|::wait$|^c10d::wait")
+REDUCED_PRECISION = re.compile(r"(?i)bf16|fp16|f16|half|bfloat16|h884|h1688|h16816|hmma|fp8|e4m3|e5m2")
+
+
+def _host_set(events: pd.DataFrame, pattern: re.Pattern) -> iv.Intervals:
+    names = events["name"].cat.categories
+    wanted = names[[pattern.search(n) is not None for n in names]]
+    rows = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0) & events["kind"].isna()]
+    return iv.merge(rows["ts_ns"].to_numpy(), (rows["ts_ns"] + rows["dur_ns"]).to_numpy())
+
+
+def gap_causes(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, on_gpu: bool) -> np.ndarray:
+    """A cause per gap (gaps: start_ns, dur_us; dev: the window's device events with start_ns, kind, launch_ns)."""
+    if gaps.empty:
+        return np.array([], dtype=object)
+    gs = gaps["start_ns"].to_numpy()
+    ge = gs + np.rint(gaps["dur_us"].to_numpy() * 1e3).astype(np.int64)
+    during = {name: iv.covered_within(_host_set(events, pattern), gs, ge) > 0
+              for name, pattern in (("sync", SYNC_CALL), ("data", DATA_LOADER), ("comm", HOST_COMM))}
+    # The device event that ends each gap.
+    order = np.argsort(dev["start_ns"].to_numpy(), kind="stable")
+    starts = dev["start_ns"].to_numpy()[order]
+    nxt = order[np.minimum(np.searchsorted(starts, ge, side="left"), len(order) - 1)]
+    next_is_comm = dev["kind"].to_numpy()[nxt] == "comm"
+    launch = dev["launch_ns"].to_numpy()[nxt]
+    late_launch = (launch >= 0) & (launch > gs) if on_gpu else np.ones(len(gs), dtype=bool)
+    return np.select(
+        [during["sync"], during["data"], during["comm"] | (next_is_comm & on_gpu), late_launch],
+        ["sync", "data", "comm_wait", "host"], default="other").astype(object)
+
+
+def idle_by_cause(gaps: pd.DataFrame) -> dict[str, float]:
+    """Idle time (us) per cause; the five add up to the rank's idle time."""
+    totals = gaps.groupby("cause")["dur_us"].sum() if len(gaps) else pd.Series(dtype=float)
+    return {f"idle_{c}_us": float(totals.get(c, 0.0)) for c in CAUSES}
+
+
+def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.DataFrame) -> dict:
+    """Facts the findings need: sync calls inside window steps, DataParallel, reduced-precision compute time."""
+    names = events["name"].cat.categories
+    sync_names = names[[SYNC_CALL.search(n) is not None for n in names]]
+    sync = events[events["name"].isin(sync_names) & events["step"].isin(steps_in_window["step"])]
+    sync = sync[sync["cat"] == "cuda_runtime"] if (sync["cat"] == "cuda_runtime").any() else sync.iloc[0:0]
+    compute = dev[dev["kind"] == "compute"]
+    reduced = compute["name"].map(lambda n: REDUCED_PRECISION.search(n) is not None) if len(compute) else compute["kind"]
+    compute_sets = iv.merge(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
+    reduced_sets = iv.merge(compute.loc[reduced.astype(bool), "start_ns"].to_numpy(),
+                            compute.loc[reduced.astype(bool), "end_ns"].to_numpy())
+    return {
+        "sync_calls": int(len(sync)),
+        "data_parallel": bool(events["name"].isin(["DataParallel.forward"]).any()),
+        "reduced_precision_us": iv.total(*reduced_sets) / 1e3,
+        "compute_kernel_us": iv.total(*compute_sets) / 1e3,
+    }

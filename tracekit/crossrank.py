@@ -1,0 +1,206 @@
+"""Across ranks: the same collective matched on every rank, clock offsets, who waits for whom, and stragglers.
+
+Matching: by (process group, ``Seq``) where the trace records it, else by (process group, op, ProfilerStep,
+order of issue within that step). For each matched collective the last rank to start is the last arrival;
+``wait_us`` = latest start - own start, ``transfer_us`` = own end - latest start (never negative).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+# Collectives every member leaves at nearly the same moment: their ends are what clock offsets are read from.
+_SYNCHRONISING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+_MIN_OFFSET_NS = 5_000  # below this an offset is not worth correcting
+_NOISE_FACTOR = 3.0
+
+
+def match_keys(coll: pd.DataFrame) -> np.ndarray:
+    """A group id per collective row: rows with the same id are one collective seen on different ranks."""
+    pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
+    has_seq = coll["seq"].notna().to_numpy()
+    order = coll.groupby([coll["rank"], pg, coll["op"].astype(str), coll["step"]], sort=False).cumcount().to_numpy()
+    keys = pd.DataFrame({
+        "pg": pg.to_numpy(),
+        "by": np.where(has_seq, "seq", coll["op"].astype(str).to_numpy()),
+        "a": np.where(has_seq, coll["seq"].fillna(-1).to_numpy(), coll["step"].to_numpy()).astype(np.int64),
+        "b": np.where(has_seq, 0, order).astype(np.int64),
+    })
+    return keys.groupby(["pg", "by", "a", "b"], sort=False).ngroup().to_numpy()
+
+
+def timing(coll: pd.DataFrame, group: np.ndarray, start_ns: np.ndarray) -> pd.DataFrame:
+    """wait_us, transfer_us and last_arrival per row; NaN where the collective was seen on one rank only."""
+    end_ns = start_ns + np.rint(coll["dur_us"].to_numpy() * 1e3).astype(np.int64)
+    frame = pd.DataFrame({"g": group, "start": start_ns, "rank": coll["rank"].to_numpy()})
+    latest = frame.groupby("g")["start"].transform("max").to_numpy()
+    members = frame.groupby("g")["rank"].transform("nunique").to_numpy()
+    matched = members >= 2
+    last_row = frame.sort_values(["g", "start", "rank"]).groupby("g").tail(1).index
+    last = np.zeros(len(frame), dtype=bool)
+    last[last_row] = True
+    return pd.DataFrame({
+        "match_id": group,
+        "matched_ranks": members,
+        "wait_us": np.where(matched, (latest - start_ns) / 1e3, np.nan),
+        "transfer_us": np.where(matched, np.maximum(end_ns - latest, 0) / 1e3, np.nan),
+        "last_arrival": last & matched,
+    }, index=coll.index)
+
+
+def clock_offsets(coll: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
+    """Per rank: offset of its clock from the lowest rank's (us), read from the ends of synchronising
+    collectives, the noise of that estimate, and how many collectives it rests on."""
+    end_ns = coll["start_ns"].to_numpy() + np.rint(coll["dur_us"].to_numpy() * 1e3).astype(np.int64)
+    frame = pd.DataFrame({"g": group, "rank": coll["rank"].to_numpy(), "end": end_ns})
+    frame = frame[coll["op"].astype(str).isin(_SYNCHRONISING_OPS).to_numpy()]
+    ranks = sorted(coll["rank"].unique().tolist())
+    rows = []
+    if not ranks:
+        return pd.DataFrame(columns=["rank", "offset_us", "noise_us", "samples"])
+    ref = ranks[0]
+    ref_end = frame[frame["rank"] == ref].set_index("g")["end"]
+    for rank in ranks:
+        mine = frame[frame["rank"] == rank].set_index("g")["end"]
+        diff = (mine - ref_end).dropna().to_numpy(dtype=float)
+        if rank == ref:
+            rows.append({"rank": rank, "offset_us": 0.0, "noise_us": 0.0, "samples": len(diff)})
+        elif len(diff) == 0:
+            rows.append({"rank": rank, "offset_us": math.nan, "noise_us": math.nan, "samples": 0})
+        else:
+            offset = float(np.median(diff))
+            noise = float(1.4826 * np.median(np.abs(diff - offset)))
+            rows.append({"rank": rank, "offset_us": offset / 1e3, "noise_us": noise / 1e3, "samples": len(diff)})
+    return pd.DataFrame(rows)
+
+
+def offsets_to_correct(offsets: pd.DataFrame, same_host: bool) -> dict[int, int]:
+    """rank -> ns to subtract: offsets clearly above their noise, and only when the ranks do not share one host clock."""
+    if same_host or offsets.empty:
+        return {}
+    big = (offsets["offset_us"].abs() * 1e3 > np.maximum(_NOISE_FACTOR * offsets["noise_us"] * 1e3, _MIN_OFFSET_NS))
+    big &= offsets["samples"] >= 3
+    return {int(r): int(round(o * 1e3)) for r, o in zip(offsets.loc[big, "rank"], offsets.loc[big, "offset_us"])}
+
+
+def mismatches(coll: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
+    """Collectives that do not line up across ranks: missing on some ranks, different sizes, or a different op order."""
+    if coll.empty:
+        return pd.DataFrame(columns=["kind", "pg", "op", "position", "ranks", "detail"])
+    pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
+    frame = coll.assign(g=group, pg_key=pg)
+    expected = frame.groupby("pg_key")["rank"].agg(lambda r: frozenset(r.unique()))
+    by_group = frame.groupby("g", sort=False)
+    present = by_group["rank"].nunique()
+    wanted = by_group["pg_key"].first().map(expected.map(len))
+    odd = set(present.index[present < wanted]) | set(by_group["bytes"].nunique().pipe(lambda n: n.index[n > 1]))
+    odd |= set(by_group["op"].nunique().pipe(lambda n: n.index[n > 1]))
+    rows = []
+    for g in sorted(odd):
+        calls = frame[frame["g"] == g]
+        key, op, where = calls["pg_key"].iloc[0], "/".join(sorted(set(calls["op"].astype(str)))), _position(calls.iloc[0])
+        missing = sorted(expected[key] - set(calls["rank"]))
+        if missing:
+            rows.append({"kind": "missing", "pg": key, "op": op, "position": where, "ranks": missing,
+                         "detail": f"present on ranks {sorted(calls['rank'].unique().tolist())} only"})
+        if calls["bytes"].nunique() > 1:
+            rows.append({"kind": "size", "pg": key, "op": op, "position": where, "ranks": sorted(calls["rank"].tolist()),
+                         "detail": ", ".join(f"rank {r}: {b:.0f} B" for r, b in zip(calls["rank"], calls["bytes"]))})
+        if calls["op"].astype(str).nunique() > 1:
+            rows.append({"kind": "op", "pg": key, "op": op, "position": where, "ranks": sorted(calls["rank"].tolist()),
+                         "detail": "different ops at one Seq"})
+    rows += _order_mismatches(frame)
+    return pd.DataFrame(rows, columns=["kind", "pg", "op", "position", "ranks", "detail"])
+
+
+def _position(call: pd.Series) -> str:
+    if not pd.isna(call["seq"]):
+        return f"Seq {int(call['seq'])}"
+    return f"step {int(call['step'])}" if call["step"] >= 0 else "outside steps"
+
+
+def _order_mismatches(frame: pd.DataFrame) -> list[dict]:
+    """Per process group and step: the first position where ranks issue different ops."""
+    rows = []
+    for (pg, step), calls in frame.groupby(["pg_key", "step"], sort=True):
+        sequences = {r: tuple(c.sort_values("start_us")["op"].astype(str)) for r, c in calls.groupby("rank")}
+        if len(set(sequences.values())) <= 1:
+            continue
+        ref_rank = min(sequences)
+        for rank, ops in sorted(sequences.items()):
+            ref = sequences[ref_rank]
+            at = next((i for i, (a, b) in enumerate(zip(ops, ref)) if a != b), None)
+            if at is not None:
+                rows.append({"kind": "order", "pg": pg, "op": f"{ops[at]} vs {ref[at]}",
+                             "position": f"step {step} call {at}", "ranks": [ref_rank, rank],
+                             "detail": f"rank {rank} issues {ops[at]} where rank {ref_rank} issues {ref[at]}"})
+    return rows
+
+
+def rank_waits(coll: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, over collectives in the window: total wait and transfer (us) and how often it arrived last."""
+    calls = coll[coll["in_window"].astype(bool)]
+    grouped = calls.groupby("rank")
+    return pd.DataFrame({
+        "comm_wait_us": grouped["wait_us"].sum(min_count=1),
+        "comm_transfer_us": grouped["transfer_us"].sum(min_count=1),
+        "last_arrivals": grouped["last_arrival"].sum().astype(int),
+    }).rename_axis("rank").reset_index()
+
+
+def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = 0.01) -> pd.DataFrame:
+    """Ranks that arrive last far more often than chance, and the waiting they cause the others per step."""
+    columns = ["rank", "matched", "last_arrivals", "last_share", "expected_share", "p_value", "caused_wait_us_per_step"]
+    calls = coll[coll["in_window"].astype(bool) & (coll["matched_ranks"] >= 2)]
+    if calls.empty:
+        return pd.DataFrame(columns=columns)
+    caused = calls.groupby("match_id")["wait_us"].sum()
+    lasts = calls[calls["last_arrival"]]
+    rows = []
+    for rank, mine in calls.groupby("rank"):
+        n = len(mine)
+        k = int(mine["last_arrival"].sum())
+        expected = float((1.0 / mine["matched_ranks"]).sum())
+        p = _binomial_tail(n, k, expected / n)
+        caused_us = float(caused.reindex(lasts.loc[lasts["rank"] == rank, "match_id"]).sum())
+        rows.append({"rank": rank, "matched": n, "last_arrivals": k, "last_share": k / n,
+                     "expected_share": expected / n, "p_value": p,
+                     "caused_wait_us_per_step": caused_us / max(steps_in_window, 1)})
+    table = pd.DataFrame(rows, columns=columns)
+    flagged = (table["p_value"] < alpha) & (table["last_share"] >= 2 * table["expected_share"]) & (table["matched"] >= 5)
+    return table[flagged].sort_values("caused_wait_us_per_step", ascending=False, ignore_index=True)
+
+
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """P[X >= k] for X ~ Binomial(n, p), summed in log space."""
+    if k <= 0:
+        return 1.0
+    if p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)
+            for i in range(k, n + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+
+
+def imbalance(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step in the window: slowest and median step time across ranks, their ratio, and the slowest rank."""
+    window = steps[steps["in_window"].astype(bool)]
+    columns = ["step", "ranks", "max_step_us", "median_step_us", "imbalance", "slowest_rank"]
+    if window.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = window.groupby("step")
+    slowest = window.loc[grouped["step_us"].idxmax(), ["step", "rank"]].set_index("step")["rank"]
+    out = pd.DataFrame({
+        "ranks": grouped["rank"].nunique(),
+        "max_step_us": grouped["step_us"].max(),
+        "median_step_us": grouped["step_us"].median(),
+    })
+    out["imbalance"] = out["max_step_us"] / out["median_step_us"]
+    out["slowest_rank"] = slowest
+    return out.reset_index()[columns]

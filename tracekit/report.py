@@ -1,0 +1,161 @@
+"""A shareable HTML report: one self-contained file (plotly's JavaScript inlined, nothing fetched) with the
+overview, ranks, communication and idle charts of a run. ``tracekit report DIR -o report.html`` writes it.
+
+>>> import tracekit
+>>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")              # doctest: +SKIP
+>>> write_report(s, "report.html", workload=read_workload("sample_traces/resnet-gloo-2rank"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from tracekit import charts
+
+RUN_JSON = "run.json"
+MAX_RUN_JSON_BYTES = 1 << 20
+
+
+def read_workload(folder: str | Path) -> dict | None:
+    """The workload's ``run.json`` in a run folder as a dict; None when absent, too large or not a JSON object."""
+    path = Path(folder) / RUN_JSON
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_RUN_JSON_BYTES:
+            return None
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def throughput(workload: dict | None) -> dict[str, float]:
+    """Samples/s from a ``run.json``: ``{"unprofiled": ..., "profiled": ...}`` as the workloads write it, or
+    ``{"samples_per_s": ...}`` for a plain number; only the numbers that are there."""
+    if not workload:
+        return {}
+    value = workload.get("throughput_samples_per_s", workload.get("samples_per_s", workload.get("throughput")))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = {"samples_per_s": value}
+    if not isinstance(value, dict):
+        return {}
+    return {k: float(v) for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)}
+
+
+def html_report(summary, workload: dict | None = None, title: str | None = None) -> str:
+    """The report as one HTML string."""
+    from plotly.offline import get_plotlyjs
+
+    run = summary.run
+    title = title or f"tracekit report: {run.get('source') or 'run'}"
+    head = charts.headline(summary)
+    figures = [
+        ("Ranks", [charts.rank_breakdown(summary), charts.step_heatmap(summary)]),
+        ("Communication", [charts.busbw_vs_size(summary), charts.wait_vs_transfer(summary)]),
+        ("Idle", [charts.gap_histogram(summary), charts.idle_by_cause(summary)]),
+    ]
+    body = [f"<h1>{_e(title)}</h1>", _facts(run, workload), "<h2>Overview</h2>", _headline(head, throughput(workload)),
+            _findings(getattr(summary, "findings", None)), _table(summary.ranks, "Per rank (us, %)")]
+    for section, figs in figures:
+        body.append(f"<h2>{_e(section)}</h2>")
+        body += [f.to_html(full_html=False, include_plotlyjs=False, default_width="100%") for f in figs]
+        if section == "Communication":
+            body.append(_table(charts.op_table(summary), "Collectives in the window, per op"))
+        if section == "Idle":
+            body.append(_table(charts.largest_gaps(summary, 10), "Longest idle gaps (us from the run's start)"))
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
+def write_report(summary, path: str | Path, *, force: bool = False, workload: dict | None = None) -> Path:
+    """Write ``html_report`` to ``path``. An existing file is kept (``FileExistsError``) unless ``force``;
+    with ``force`` it is replaced whole, never left half-written."""
+    path = Path(path)
+    text = html_report(summary, workload=workload)
+    if not force:
+        with open(path, "x", encoding="utf-8") as out:
+            out.write(text)
+        return path
+    fd, tmp = tempfile.mkstemp(prefix=".tracekit-report-", suffix=".html", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _facts(run: dict, workload: dict | None) -> str:
+    facts = {
+        "source": run.get("source"), "world size": run.get("world_size"), "backend": run.get("backend"),
+        "devices": ", ".join(run.get("device_names") or []) or "cpu", "window": run.get("window"),
+        "files read": len(run.get("files") or []), "files skipped": len(run.get("skipped") or []),
+    }
+    if workload:
+        facts.update({"workload": workload.get("workload"), "mode": workload.get("mode"),
+                      "created": workload.get("created")})
+    items = "".join(f"<li><b>{_e(k)}</b>: {_e(v)}</li>" for k, v in facts.items() if v is not None)
+    return f"<ul class=\"facts\">{items}</ul>"
+
+
+def _headline(head: dict, rates: dict[str, float]) -> str:
+    cards = [("step time (mean over ranks)", _num(head["step_time_us"] / 1e3, " ms"))]
+    cards += [(f"throughput ({k})", _num(v, " samples/s")) for k, v in rates.items()]
+    cards += [("exposed comm", _num(head["exposed_comm_pct"], " %", 1)), ("comm overlapped", _num(head["overlap_pct"], " %", 1)),
+              ("idle", _num(head["idle_pct"], " %", 1))]
+    if head["worst_rank"] is not None:
+        what = "straggler" if head["worst_is_straggler"] else "slowest rank"
+        cards.append((what, f"rank {head['worst_rank']} ({_num(head['worst_step_time_us'] / 1e3, ' ms')})"))
+    return "<div class=\"cards\">" + "".join(
+        f"<div class=\"card\"><div class=\"label\">{_e(k)}</div><div class=\"value\">{_e(v)}</div></div>" for k, v in cards
+    ) + "</div>"
+
+
+def _findings(findings) -> str:
+    if findings is None:
+        return ""
+    if not findings:
+        return "<h3>Findings</h3><p>None: nothing stood out.</p>"
+    items = "".join(
+        f"<li><b>[{_e(getattr(f, 'severity', ''))}] {_e(getattr(f, 'message', f))}</b>"
+        f"<br>{_e(getattr(f, 'recommendation', ''))}</li>" for f in findings)
+    return f"<h3>Findings (most severe first)</h3><ol class=\"findings\">{items}</ol>"
+
+
+def _table(frame: pd.DataFrame, caption: str) -> str:
+    shown = frame.copy()
+    for col in shown.columns:
+        if pd.api.types.is_float_dtype(shown[col]):
+            shown[col] = shown[col].map(lambda v: "unknown" if pd.isna(v) else f"{v:,.2f}")
+    return f"<h3>{_e(caption)}</h3>" + shown.to_html(index=False, escape=True, classes="table", na_rep="unknown")
+
+
+def _num(value, unit: str = "", digits: int = 2) -> str:
+    return "unknown" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}{unit}"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
+h1{font-size:1.5rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+.facts{columns:2;list-style:none;padding:0} .cards{display:flex;flex-wrap:wrap;gap:.8rem}
+.card{border:1px solid #ddd;border-radius:6px;padding:.6rem 1rem;min-width:10rem}
+.card .label{font-size:.8rem;color:#666} .card .value{font-size:1.3rem}
+table.table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0} .table td,.table th{border:1px solid #ddd;padding:.2rem .5rem;text-align:right}
+"""
