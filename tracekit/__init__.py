@@ -1,6 +1,7 @@
 """tracekit: where the step time of a PyTorch DDP job goes, from one torch.profiler trace per rank."""
 
 from tracekit.api import summarize
+from tracekit.compare import Comparison, compare
 from tracekit.config import Config
 from tracekit.errors import (
     DuplicateRankError,
@@ -12,10 +13,11 @@ from tracekit.errors import (
     TracekitError,
     TruncatedTraceError,
 )
+from tracekit.findings import Finding
 from tracekit.summary import Summary
 
 __all__ = [
-    "summarize", "Summary", "Config", "TracekitError", "TraceReadError", "TruncatedTraceError", "NotJSONError",
+    "summarize", "compare", "Summary", "Comparison", "Finding", "Config", "TracekitError", "TraceReadError", "TruncatedTraceError", "NotJSONError",
     "NotATraceError", "NoTracesError", "DuplicateRankError", "RankUnknownError",
 ]
 __version__ = "0.1.0"

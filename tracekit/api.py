@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit import crossrank, metrics
+from tracekit import crossrank, findings, metrics
 from tracekit.config import Config
 from tracekit.errors import NoTracesError, NotATraceError
 from tracekit.rank import RankResult, analyze_rank
@@ -42,10 +43,22 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last") -> Summary:
             skipped.append((str(file), err.problem))
     if not results:
         raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped))
-    return combine(results, skipped, config, source=str(trace_dir))
+    return combine(results, skipped, config, source=str(trace_dir), workload_run=read_run_json(trace_dir))
 
 
-def combine(results: list[RankResult], skipped, config: Config, source: str = "") -> Summary:
+def read_run_json(trace_dir: str | Path) -> dict | None:
+    """The workload's own ``run.json`` beside the traces (throughput, config), or None when absent or unreadable."""
+    path = Path(trace_dir) / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        value = msgspec.json.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def combine(results: list[RankResult], skipped, config: Config, source: str = "", workload_run: dict | None = None) -> Summary:
     """Join per-rank results into the run's Summary: match collectives across ranks, correct clock offsets
     between hosts, and find stragglers. Two files with the same rank are refused."""
     check_unique_ranks(r.meta for r in results)
@@ -69,11 +82,11 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     offsets["corrected"] = offsets["rank"].isin(list(shift))
     run = _run_facts(results, skipped, config, source, origin_ns)
     run["clock_offsets"] = offsets.to_dict("records")
-    summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run,
-                      stragglers=crossrank.stragglers(collectives, window_steps),
-                      imbalance=crossrank.imbalance(steps),
-                      mismatches=crossrank.mismatches(collectives, group))
-    return summary
+    run["workload_run"] = workload_run
+    slow = crossrank.stragglers(collectives, window_steps)
+    return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
+                   imbalance=crossrank.imbalance(steps), mismatches=crossrank.mismatches(collectives, group),
+                   findings=findings.find(ranks, collectives, slow, run))
 
 
 def _shift(frame: pd.DataFrame, shift: dict[int, int]) -> pd.DataFrame:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+import msgspec
+
 from tracekit.api import summarize
+from tracekit.compare import compare
 from tracekit.errors import TracekitError
 from tracekit.metrics import WINDOWS
 
@@ -19,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--json", action="store_true", help="print JSON instead of the text report")
     summary.add_argument("--window", choices=WINDOWS, default="drop_last",
                          help="time the metrics cover (default: all ProfilerSteps but the last, as HTA)")
+    cmp = commands.add_parser("compare", help="compare two runs side by side",
+                              description="Step time, throughput, compute, comm, idle by cause and bandwidth of two runs.")
+    cmp.add_argument("dir_a", help="first run (the baseline)")
+    cmp.add_argument("dir_b", help="second run; ratios are b / a")
+    cmp.add_argument("--json", action="store_true", help="print JSON instead of the table")
     return parser
 
 
@@ -28,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "summarize":
             result = summarize(args.trace_dir, window=args.window)
             sys.stdout.write(result.to_json() + "\n" if args.json else str(result))
+        elif args.command == "compare":
+            result = compare(args.dir_a, args.dir_b)
+            sys.stdout.write(msgspec.json.encode(result.to_dict()).decode() + "\n" if args.json else str(result))
     except TracekitError as err:
         print(f"tracekit: error: {err}", file=sys.stderr)
         return 2

@@ -62,7 +62,8 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     gaps = metrics.gap_table(dev)
     gaps["cause"] = causes.gap_causes(gaps, dev, events, on_gpu)
     breakdown = metrics.rank_breakdown(dev)
-    extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, kept)}
+    extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, kept),
+              "compute_major": float("nan") if meta.compute_major is None else float(meta.compute_major)}
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps)
