@@ -228,25 +228,15 @@ def largest_gaps(summary, n: int = 20) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------------- compare
 
-def side_by_side(a, b) -> pd.DataFrame:
-    """metric, a, b, ratio (b / a) from two Summaries' rank means: the fallback when ``tracekit.compare`` is absent."""
-    metrics = ["step_time_us", "compute_us", "overlap_us", "exposed_comm_us", "memory_us", "idle_us",
-               "allreduce_us", "allreduce_bytes"]
-    va = [float(a.ranks[m].mean()) for m in metrics]
-    vb = [float(b.ranks[m].mean()) for m in metrics]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(np.asarray(va) != 0, np.asarray(vb) / np.asarray(va), np.nan)
-    return pd.DataFrame({"metric": metrics, "a": va, "b": vb, "ratio": ratio})
-
-
 def compare_bars(table: pd.DataFrame, a_label: str = "a", b_label: str = "b") -> go.Figure:
-    """Grouped bars of the time metrics (``*_us``) of a comparison table, in ms."""
-    times = table[table["metric"].astype(str).str.endswith("_us")]
+    """Grouped bars of the per-step time metrics (``*_ms``) of a ``tracekit.compare`` table."""
+    times = table[table["metric"].astype(str).str.endswith("_ms")]
     fig = go.Figure([
-        go.Bar(name=label, x=times["metric"], y=pd.to_numeric(times[col], errors="coerce") / 1e3)
+        go.Bar(name=label, x=times["metric"].str.removesuffix("_ms"), y=pd.to_numeric(times[col], errors="coerce"),
+               hovertemplate=f"{label}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
         for col, label in (("a", a_label), ("b", b_label))
     ])
-    fig.update_layout(barmode="group", title="Side by side (time metrics, ms)", yaxis_title="ms", **_LAYOUT)
+    fig.update_layout(barmode="group", title="Side by side: time per step", yaxis_title="ms per step", **_LAYOUT)
     return fig
 
 

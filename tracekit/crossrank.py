@@ -12,6 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from tracekit import intervals as iv
+
 # Collectives every member leaves at nearly the same moment: their ends are what clock offsets are read from.
 _SYNCHRONISING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
 _MIN_OFFSET_NS = 5_000  # below this an offset is not worth correcting
@@ -141,34 +143,45 @@ def _order_mismatches(frame: pd.DataFrame) -> list[dict]:
 
 
 def rank_waits(coll: pd.DataFrame) -> pd.DataFrame:
-    """Per rank, over collectives in the window: total wait and transfer (us) and how often it arrived last."""
-    calls = coll[coll["in_window"].astype(bool)]
-    grouped = calls.groupby("rank")
-    return pd.DataFrame({
-        "comm_wait_us": grouped["wait_us"].sum(min_count=1),
-        "comm_transfer_us": grouped["transfer_us"].sum(min_count=1),
-        "last_arrivals": grouped["last_arrival"].sum().astype(int),
-    }).rename_axis("rank").reset_index()
+    """Per rank, over collectives in the window: wall-clock time spent waiting for other ranks and transferring
+    (unions, so collectives in flight at once on several threads or streams count once), and how often it arrived last."""
+    calls = coll[coll["in_window"].astype(bool) & (coll["matched_ranks"] >= 2)]
+    rows = []
+    for rank, mine in calls.groupby("rank"):
+        start, wait = mine["start_us"].to_numpy(), mine["wait_us"].to_numpy()
+        latest = start + wait
+        rows.append({"rank": rank, "comm_wait_us": _union_us(start, latest),
+                     "comm_transfer_us": _union_us(latest, latest + mine["transfer_us"].to_numpy()),
+                     "last_arrivals": int(mine["last_arrival"].sum())})
+    return pd.DataFrame(rows, columns=["rank", "comm_wait_us", "comm_transfer_us", "last_arrivals"])
+
+
+def _union_us(start_us: np.ndarray, end_us: np.ndarray) -> float:
+    """Covered length (us) of intervals given in float microseconds, merged at ns resolution."""
+    return iv.total(*iv.merge(np.rint(start_us * 1e3), np.rint(end_us * 1e3))) / 1e3
 
 
 def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = 0.01) -> pd.DataFrame:
-    """Ranks that arrive last far more often than chance, and the waiting they cause the others per step."""
+    """Ranks that arrive last far more often than chance, and the waiting they cause: per step, the mean over the
+    other ranks of their wall-clock wait in the collectives this rank was last to."""
     columns = ["rank", "matched", "last_arrivals", "last_share", "expected_share", "p_value", "caused_wait_us_per_step"]
     calls = coll[coll["in_window"].astype(bool) & (coll["matched_ranks"] >= 2)]
     if calls.empty:
         return pd.DataFrame(columns=columns)
-    caused = calls.groupby("match_id")["wait_us"].sum()
-    lasts = calls[calls["last_arrival"]]
+    last_of = calls[calls["last_arrival"]].set_index("match_id")["rank"]
+    waited_for = calls["match_id"].map(last_of)
     rows = []
     for rank, mine in calls.groupby("rank"):
         n = len(mine)
         k = int(mine["last_arrival"].sum())
         expected = float((1.0 / mine["matched_ranks"]).sum())
-        p = _binomial_tail(n, k, expected / n)
-        caused_us = float(caused.reindex(lasts.loc[lasts["rank"] == rank, "match_id"]).sum())
+        others = calls[(waited_for == rank).to_numpy() & (calls["rank"] != rank).to_numpy()]
+        waits = [_union_us(o["start_us"].to_numpy(), (o["start_us"] + o["wait_us"]).to_numpy())
+                 for _, o in others.groupby("rank")]
+        caused = float(np.mean(waits)) if waits else 0.0
         rows.append({"rank": rank, "matched": n, "last_arrivals": k, "last_share": k / n,
-                     "expected_share": expected / n, "p_value": p,
-                     "caused_wait_us_per_step": caused_us / max(steps_in_window, 1)})
+                     "expected_share": expected / n, "p_value": _binomial_tail(n, k, expected / n),
+                     "caused_wait_us_per_step": caused / max(steps_in_window, 1)})
     table = pd.DataFrame(rows, columns=columns)
     flagged = (table["p_value"] < alpha) & (table["last_share"] >= 2 * table["expected_share"]) & (table["matched"] >= 5)
     return table[flagged].sort_values("caused_wait_us_per_step", ascending=False, ignore_index=True)

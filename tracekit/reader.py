@@ -1,20 +1,25 @@
 """Files -> one events table. Finds trace files, decodes only the fields tracekit uses, and tags each row with its rank.
 
 The decoder is typed (msgspec): fields that are not declared below are skipped without being built,
-which is what makes loading many times faster than ``json.load``.
+which is what makes loading many times faster than ``json.load``. Events other than complete ("X") ones are not
+built at all, columns are made from the structs without a Python call per event, and a large trace is decoded a
+chunk of events at a time, so its structs never all exist at once. Paths may be local or fsspec URLs.
 """
 
 from __future__ import annotations
 
 import gzip
+import operator
 import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Iterator, Union
 
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tracekit.errors import (
     DuplicateRankError,
@@ -81,6 +86,41 @@ class _Trace(msgspec.Struct, gc=False):
 
 _DECODER = msgspec.json.Decoder(_Trace | list[_Event])
 
+
+def _retyped(struct: type, name: str, types: dict, drop: tuple = (), factories: dict | None = None, **options) -> type:
+    """A copy of ``struct`` with some field types (and default factories) replaced: it follows fields added to it."""
+    factories = factories or {}
+    fields = [(f.name, types.get(f.name, f.type),
+               msgspec.field(default_factory=factories[f.name], name=f.encode_name) if f.name in factories else
+               msgspec.field(default=f.default, default_factory=f.default_factory, name=f.encode_name))
+              for f in msgspec.structs.fields(struct) if f.name not in drop]
+    return msgspec.defstruct(name, fields, **options)
+
+
+# The fast decoders. A union tagged on "ph" builds complete ("X") events and makes every other phase (flows,
+# counters, metadata: a third of a Kineto trace) an empty struct. What they refuse (an unknown phase, an event
+# without "ph", "args": null) is decoded again by the general decoder above, which also names any error.
+_OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
+                 "(", ")")
+_Complete = _retyped(_Event, "_Complete", {"args": _Args}, drop=("ph",), factories={"args": _Args},
+                     tag="X", tag_field="ph", gc=False)
+_AnyEvent = Union[(_Complete, *(msgspec.defstruct(f"_Skipped{i}", [], tag=ph, tag_field="ph", gc=False)
+                                for i, ph in enumerate(_OTHER_PHASES)))]
+_FAST = msgspec.json.Decoder(_retyped(_Trace, "_FastTrace", {"traceEvents": list[_AnyEvent] | None})
+                             | list[_AnyEvent])
+_RAW = msgspec.json.Decoder(_retyped(_Trace, "_RawTrace", {"traceEvents": list[msgspec.Raw] | None})
+                            | list[msgspec.Raw])
+_CHUNK = msgspec.json.Decoder(list[_AnyEvent])
+_CHUNK_ABOVE_BYTES = 64 << 20  # decode traces larger than this (as JSON) a chunk of events at a time
+_CHUNK_EVENTS = 100_000
+_EVENT_FIELDS = operator.attrgetter("cat", "name", "pid", "tid", "ts", "dur", "args")
+_ARG_FIELDS = operator.attrgetter("correlation", "external_id", "external_id_old", "stream", "collective")
+_NO_ARGS = _Args()
+
+
+class _Refused(Exception):
+    """The fast decoders do not take this trace: read it again with the general one."""
+
 # Older Kineto wrote other category names; map them to today's.
 _CATEGORY_ALIASES = {
     "runtime": "cuda_runtime",
@@ -122,8 +162,13 @@ class TraceSet:
     skipped: tuple[tuple[str, str], ...] = field(default=())  # (file, reason)
 
 
-def find_trace_files(path: str | Path) -> list[Path]:
-    """Trace candidates: the file itself, or the ``.json``/``.gz`` files directly inside a folder."""
+def find_trace_files(path: str | Path) -> list[Path | str]:
+    """Trace candidates: the file itself, or the ``.json``/``.gz`` files directly inside a folder.
+
+    ``path`` may be an fsspec URL (``s3://bucket/run``, ``memory://run``); the candidates are then URLs too.
+    """
+    if is_url(path):
+        return _find_remote_trace_files(path)
     path = Path(path)
     if path.is_file():
         return [path]
@@ -133,6 +178,21 @@ def find_trace_files(path: str | Path) -> list[Path]:
     if not files:
         raise NoTracesError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
     return files
+
+
+def _find_remote_trace_files(url: str) -> list[str]:
+    import fsspec  # only URLs need it
+
+    fs, root = fsspec.core.url_to_fs(url)
+    if fs.isfile(root):
+        return [url]
+    if not fs.isdir(root):
+        raise NoTracesError(f"{url}: no such file or folder")
+    files = sorted(info["name"] for info in fs.ls(root, detail=True)
+                   if info.get("type") == "file" and info["name"].endswith(_TRACE_SUFFIXES))
+    if not files:
+        raise NoTracesError(f"{url}: no trace files (*.json, *.json.gz) in this folder")
+    return [fs.unstrip_protocol(f) for f in files]
 
 
 def read_traces(path: str | Path) -> TraceSet:
@@ -175,17 +235,21 @@ def combine(parts, skipped=()) -> TraceSet:
 
 
 def read_rank(path: str | Path, default_rank: int | None = None) -> tuple[RankMeta, pd.DataFrame, pd.DataFrame]:
-    """Decode one trace file into (meta, events, comm_args) for its rank."""
-    path = Path(path)
-    trace = _decode(path, _load_bytes(path))
-    events_list = trace if isinstance(trace, list) else trace.traceEvents
-    if events_list is None:
-        raise NotATraceError(path, "JSON without traceEvents: not a profiler trace")
+    """Decode one trace file (a local path or an fsspec URL) into (meta, events, comm_args) for its rank."""
+    path = _as_path(path)
+    data = _load_bytes(path)
+    try:
+        return _read(path, data, default_rank, fast=True)
+    except _Refused:
+        return _read(path, data, default_rank, fast=False)
+
+
+def _read(path: Path | str, data: bytes, default_rank: int | None, fast: bool):
+    trace, complete = _decode_fast(data) if fast else _decode_general(path, data)
     info = None if isinstance(trace, list) else trace.distributedInfo
     rank = _rank_of(path, info, default_rank)
     base_ns = 0 if isinstance(trace, list) else int(trace.baseTimeNanoseconds or 0)
-    complete = [e for e in events_list if e.ph == "X"]
-    if not complete and events_list and not any(e.ph for e in events_list):
+    if complete is None:
         raise NotATraceError(path, "a JSON array whose items are not trace events", rank)
     events, comm_args, dropped = _tables(complete, rank, base_ns)
     props = () if isinstance(trace, list) else tuple(trace.deviceProperties or ())
@@ -206,17 +270,89 @@ def read_rank(path: str | Path, default_rank: int | None = None) -> tuple[RankMe
     return meta, events, comm_args
 
 
-def _load_bytes(path: Path) -> bytes:
+def is_url(path: str | Path) -> bool:
+    """Whether ``path`` is an fsspec URL (``s3://...``, ``memory://...``) rather than a local path."""
+    return isinstance(path, str) and "://" in path
+
+
+def _as_path(path: str | Path) -> Path | str:
+    return path if is_url(path) else Path(path)
+
+
+def _file_name(path: Path | str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] if isinstance(path, str) else path.name
+
+
+def _load_bytes(path: Path | str) -> bytes:
     try:
-        data = path.read_bytes()
+        if isinstance(path, str):
+            import fsspec  # only URLs need it
+
+            with fsspec.open(path, "rb") as f:
+                data = f.read()
+        else:
+            data = path.read_bytes()
     except OSError as err:
         raise TraceReadError(path, f"cannot read: {err.strerror or err}") from None
     if data[:2] != b"\x1f\x8b":  # gzip is detected by its magic bytes, not the file name
         return data
+    try:  # Arrow's inflate is faster than the gzip module's; the gzip module names what is wrong
+        with pa.input_stream(pa.py_buffer(data), compression="gzip") as stream:
+            return stream.read()
+    except OSError:
+        pass
     try:
         return gzip.decompress(data)
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise TruncatedTraceError(path, f"truncated or corrupt gzip ({err})") from None
+
+
+def _decode_fast(data: bytes):
+    """(trace, chunks of complete events) by the fast decoders; a large trace's chunks are decoded as they are used."""
+    try:
+        if len(data) > _CHUNK_ABOVE_BYTES:
+            trace = _RAW.decode(data)
+            raws = trace if isinstance(trace, list) else trace.traceEvents
+            return trace, None if raws is None else _raw_chunks(data, raws)
+        trace = _FAST.decode(data)
+    except msgspec.MsgspecError:
+        raise _Refused from None
+    events = trace if isinstance(trace, list) else trace.traceEvents
+    if events is None:
+        raise _Refused
+    return trace, [[e for e in events if type(e) is _Complete]]
+
+
+def _raw_chunks(data: bytes, raws: list) -> Iterator[list]:
+    """The complete events of ``raws`` (views into ``data``), decoded ``_CHUNK_EVENTS`` at a time."""
+    if raws is None:
+        raise _Refused
+    base = _address(data)
+    for i in range(0, len(raws), _CHUNK_EVENTS):
+        first, last = raws[i], raws[min(i + _CHUNK_EVENTS, len(raws)) - 1]
+        start, end = _address(first) - base, _address(last) - base + len(last)
+        view = memoryview(data)[start:end] if 0 <= start < end <= len(data) else b",".join(raws[i:i + _CHUNK_EVENTS])
+        try:
+            events = _CHUNK.decode(b"".join((b"[", view, b"]")))
+        except msgspec.MsgspecError:
+            raise _Refused from None
+        yield [e for e in events if type(e) is _Complete]
+
+
+def _address(buffer) -> int:
+    return np.frombuffer(buffer, dtype=np.uint8).ctypes.data
+
+
+def _decode_general(path: Path | str, data: bytes):
+    """(trace, [complete events]) by the general decoder, or (trace, None) for an array of non-events."""
+    trace = _decode(path, data)
+    events_list = trace if isinstance(trace, list) else trace.traceEvents
+    if events_list is None:
+        raise NotATraceError(path, "JSON without traceEvents: not a profiler trace")
+    complete = [e for e in events_list if e.ph == "X"]
+    if not complete and events_list and not any(e.ph for e in events_list):
+        return trace, None
+    return trace, [complete]
 
 
 def _decode(path: Path, data: bytes):
@@ -240,7 +376,7 @@ def _rank_of(path: Path, info: _DistributedInfo | None, default_rank: int | None
             return int(info.rank)
         except ValueError:
             pass
-    match = _RANK_IN_NAME.search(path.name)
+    match = _RANK_IN_NAME.search(_file_name(path))
     if match:
         return int(match.group(1))
     if default_rank is not None:
@@ -248,39 +384,85 @@ def _rank_of(path: Path, info: _DistributedInfo | None, default_rank: int | None
     raise RankUnknownError(path, "no rank in distributedInfo or the file name (rank3., rank-3, worker3)")
 
 
-def _tables(events: list[_Event], rank: int, base_ns: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    n = len(events)
-    args = [e.args for e in events]
-    ts_ns = _to_ns([e.ts for e in events]) + base_ns
-    dur_ns = _to_ns([e.dur for e in events])
+def _tables(chunks: Iterable[list], rank: int, base_ns: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    parts = [_chunk_columns(events) for events in chunks]
+    n = sum(len(p["ts"]) for p in parts)
+    ts_ns = _to_ns(_joined(parts, "ts", np.float64)) + base_ns
+    dur_ns = _to_ns(_joined(parts, "dur", np.float64))
     # No duration, a negative one (unfinished CPU events) or one longer than the whole trace: not usable.
     last_start = int(ts_ns.max()) if n else 0
     horizon = last_start + max(last_start - (int(ts_ns.min()) if n else 0), 1_000_000_000)
     bad = (dur_ns < 0) | (ts_ns + dur_ns > horizon)
     dur_ns[bad] = -1
-    cats = [e.cat for e in events]
-    names = [e.name for e in events]
     table = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32),
-        "cat": pd.Categorical([_CATEGORY_ALIASES.get(c.lower(), c.lower()) for c in cats]),
-        "name": pd.Categorical(names),
-        "pid": pd.Categorical([str(e.pid) for e in events]),
-        "tid": pd.Categorical([str(e.tid) for e in events]),
+        "cat": _categorical([p["cat"] for p in parts], lambda c: _CATEGORY_ALIASES.get(c.lower(), c.lower())),
+        "name": _categorical([p["name"] for p in parts]),
+        "pid": _categorical([p["pid"] for p in parts], str),
+        "tid": _categorical([p["tid"] for p in parts], str),
         "ts_ns": ts_ns,
         "dur_ns": dur_ns,
-        "correlation": _ids([a.correlation if a is not None else None for a in args]),
-        "external_id": _ids([_external_id(a) for a in args]),
-        "stream": _ids([a.stream if a is not None else None for a in args]),
+        "correlation": _joined(parts, "correlation", np.int64),
+        "external_id": _joined(parts, "external_id", np.int64),
+        "stream": _joined(parts, "stream", np.int64),
     })
     is_device = table["cat"].isin(DEVICE_CATEGORIES).to_numpy()
-    tid_num = _ids([e.tid for e in events])
+    tid_num = _joined(parts, "tid_num", np.int64)
     table["stream"] = np.where(is_device & (table["stream"].to_numpy() < 0), tid_num, table["stream"].to_numpy())
-    comm_rows = [i for i, (name, a) in enumerate(zip(names, args))
-                 if name.startswith(_COMM_PREFIXES) or (a is not None and a.collective is not None)]
+    offsets = np.cumsum([0] + [len(p["ts"]) for p in parts])
+    comm_rows = [int(row + off) for p, off in zip(parts, offsets) for row in p["comm_rows"]]
+    args = dict(zip(comm_rows, [a for p in parts for a in p["comm_args"]]))
+    names = dict(zip(comm_rows, [name for p in parts for name in p["comm_names"]]))
     return table, _comm_args(comm_rows, args, names, rank), int(bad.sum())
 
 
-def _comm_args(rows: list[int], args: list[_Args | None], names: list[str], rank: int) -> pd.DataFrame:
+def _chunk_columns(events: list) -> dict:
+    """One chunk of complete events as columns: numbers as arrays, strings as (codes, distinct values).
+
+    Fields are read with ``attrgetter`` and transposed with ``zip``, both in C: no Python call per event.
+    """
+    cat, name, pid, tid, ts, dur, args = zip(*map(_EVENT_FIELDS, events)) if events else ((),) * 7
+    try:
+        fields = tuple(zip(*map(_ARG_FIELDS, args)))
+    except AttributeError:  # events without args (general decoder)
+        fields = tuple(zip(*map(_ARG_FIELDS, [_NO_ARGS if a is None else a for a in args])))
+    correlation, external_id, external_id_old, stream, collective = fields or ((),) * 5
+    new_id, has_new_id = _id_column(external_id)
+    names = _factorized(name)
+    tids = _factorized(tid)
+    comm_name = np.fromiter((n.startswith(_COMM_PREFIXES) for n in names[1]), dtype=bool, count=len(names[1]))
+    has_collective = pa.array(collective, type=pa.string()).is_valid().to_numpy(zero_copy_only=False)
+    comm_rows = np.flatnonzero(comm_name[names[0]] | has_collective)
+    return {
+        "ts": np.array(ts, dtype=np.float64), "dur": np.array(dur, dtype=np.float64),
+        "cat": _factorized(cat), "name": names, "pid": _factorized(pid), "tid": tids,
+        "tid_num": _ids(list(tids[1]))[tids[0]],
+        "correlation": _ids(correlation), "stream": _ids(stream),
+        "external_id": np.where(has_new_id, new_id, _ids(external_id_old)),
+        "comm_rows": comm_rows, "comm_args": [args[i] for i in comm_rows], "comm_names": [name[i] for i in comm_rows],
+    }
+
+
+def _joined(parts: list[dict], key: str, dtype) -> np.ndarray:
+    return np.concatenate([p[key] for p in parts]) if parts else np.empty(0, dtype=dtype)
+
+
+def _factorized(values: tuple) -> tuple[np.ndarray, list]:
+    """(codes, distinct values): every value, None included, has a code."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+    return codes, list(uniques)
+
+
+def _categorical(pieces: list[tuple[np.ndarray, list]], relabel=None) -> pd.Categorical:
+    """``pd.Categorical`` of the relabelled values of all pieces; ``relabel`` is called once per distinct value."""
+    labels = [[relabel(u) for u in uniques] if relabel else uniques for _, uniques in pieces]
+    categories = sorted({label for piece in labels for label in piece})
+    code_of = {c: i for i, c in enumerate(categories)}
+    codes = [np.array([code_of[label] for label in piece], dtype=np.int64)[c] for (c, _), piece in zip(pieces, labels)]
+    return pd.Categorical.from_codes(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64), categories)
+
+
+def _comm_args(rows: list[int], args: dict[int, _Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:
     picked = [args[i] or _Args() for i in rows]
     dims = [_decode_raw(a.input_dims, list) for a in picked]
     types = [_decode_raw(a.input_type, list) for a in picked]
@@ -314,12 +496,6 @@ def _first_tensor_nelems(dims) -> float | None:
     return float(np.prod(shape, dtype=np.float64))
 
 
-def _external_id(a: _Args | None):
-    if a is None:
-        return None
-    return a.external_id if a.external_id is not None else a.external_id_old
-
-
 def _decode_raw(raw, kind):
     if raw is None or len(raw) == 0:
         return None
@@ -335,9 +511,9 @@ def _decode_raw(raw, kind):
     return value if isinstance(value, kind) else None
 
 
-def _to_ns(values: list) -> np.ndarray:
+def _to_ns(values) -> np.ndarray:
     """Microseconds (int or float with ns decimals) -> int64 ns, exact: the integer and fraction parts are split."""
-    us = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    us = np.array(values, dtype=np.float64)  # None becomes NaN
     missing = np.isnan(us) | (np.abs(us) > _MAX_US)  # beyond int64 ns: an overflowed value, not a time
     us[missing] = 0.0
     whole = np.floor(us)
@@ -346,7 +522,22 @@ def _to_ns(values: list) -> np.ndarray:
     return ns
 
 
-def _ids(values: list) -> np.ndarray:
+def _ids(values) -> np.ndarray:
+    """Integer ids as int64; -1 where a value is missing or not an integer."""
+    return _id_column(values)[0]
+
+
+def _id_column(values) -> tuple[np.ndarray, np.ndarray]:
+    """(ids as ``_ids`` gives them, whether each value is present)."""
+    try:
+        ids = pa.array(values, type=pa.int64())
+        return ids.fill_null(-1).to_numpy(zero_copy_only=False, writable=True), \
+            ids.is_valid().to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # strings among the ids
+        return _ids_of_mixed(values), np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+
+
+def _ids_of_mixed(values) -> np.ndarray:
     out = np.full(len(values), -1, dtype=np.int64)
     for_numeric = [i for i, v in enumerate(values) if isinstance(v, int)]
     if len(for_numeric) == len(values):

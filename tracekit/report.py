@@ -3,13 +3,12 @@ overview, ranks, communication and idle charts of a run. ``tracekit report DIR -
 
 >>> import tracekit
 >>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")              # doctest: +SKIP
->>> write_report(s, "report.html", workload=read_workload("sample_traces/resnet-gloo-2rank"))  # doctest: +SKIP
+>>> write_report(s, "report.html")                                         # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 import tempfile
@@ -18,22 +17,6 @@ from pathlib import Path
 import pandas as pd
 
 from tracekit import charts
-
-RUN_JSON = "run.json"
-MAX_RUN_JSON_BYTES = 1 << 20
-
-
-def read_workload(folder: str | Path) -> dict | None:
-    """The workload's ``run.json`` in a run folder as a dict; None when absent, too large or not a JSON object."""
-    path = Path(folder) / RUN_JSON
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_RUN_JSON_BYTES:
-            return None
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
 
 def throughput(workload: dict | None) -> dict[str, float]:
     """Samples/s from a ``run.json``: ``{"unprofiled": ..., "profiled": ...}`` as the workloads write it, or
@@ -49,11 +32,12 @@ def throughput(workload: dict | None) -> dict[str, float]:
             and math.isfinite(v)}
 
 
-def html_report(summary, workload: dict | None = None, title: str | None = None) -> str:
-    """The report as one HTML string."""
+def html_report(summary, title: str | None = None) -> str:
+    """The report as one HTML string; throughput comes from the workload's run.json when the Summary has it."""
     from plotly.offline import get_plotlyjs
 
     run = summary.run
+    workload = run.get("workload_run")
     title = title or f"tracekit report: {run.get('source') or 'run'}"
     head = charts.headline(summary)
     figures = [
@@ -78,11 +62,11 @@ def html_report(summary, workload: dict | None = None, title: str | None = None)
     )
 
 
-def write_report(summary, path: str | Path, *, force: bool = False, workload: dict | None = None) -> Path:
+def write_report(summary, path: str | Path, *, force: bool = False) -> Path:
     """Write ``html_report`` to ``path``. An existing file is kept (``FileExistsError``) unless ``force``;
     with ``force`` it is replaced whole, never left half-written."""
     path = Path(path)
-    text = html_report(summary, workload=workload)
+    text = html_report(summary)
     if not force:
         with open(path, "x", encoding="utf-8") as out:
             out.write(text)
@@ -144,7 +128,8 @@ def _table(frame: pd.DataFrame, caption: str) -> str:
     for col in shown.columns:
         if pd.api.types.is_float_dtype(shown[col]):
             shown[col] = shown[col].map(lambda v: "unknown" if pd.isna(v) else f"{v:,.2f}")
-    return f"<h3>{_e(caption)}</h3>" + shown.to_html(index=False, escape=True, classes="table", na_rep="unknown")
+    table = shown.to_html(index=False, escape=True, classes="table", na_rep="unknown")
+    return f"<h3>{_e(caption)}</h3><div class=\"scroll\">{table}</div>"
 
 
 def _num(value, unit: str = "", digits: int = 2) -> str:
@@ -157,5 +142,5 @@ h1{font-size:1.5rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin
 .facts{columns:2;list-style:none;padding:0} .cards{display:flex;flex-wrap:wrap;gap:.8rem}
 .card{border:1px solid #ddd;border-radius:6px;padding:.6rem 1rem;min-width:10rem}
 .card .label{font-size:.8rem;color:#666} .card .value{font-size:1.3rem}
-table.table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0} .table td,.table th{border:1px solid #ddd;padding:.2rem .5rem;text-align:right}
+.scroll{overflow-x:auto} table.table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0} .table td,.table th{border:1px solid #ddd;padding:.2rem .5rem;text-align:right}
 """

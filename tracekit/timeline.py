@@ -113,7 +113,8 @@ def figure(drawn: pd.DataFrame, t0_us: float, t1_us: float, gaps: pd.DataFrame |
                                y0=0, y1=1, fillcolor=KIND_COLORS["idle"], opacity=0.25, line_width=0, layer="below"))
     fig.update_layout(
         title=title, barmode="overlay", template="plotly_white", shapes=shapes, height=120 + 36 * max(len(order), 1),
-        margin=dict(l=90, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.15), bargap=0.25,
+        margin=dict(l=90, r=20, t=60, b=40), bargap=0.25,
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
         xaxis=dict(title="ms from the run's start", range=[t0_us / 1e3, t1_us / 1e3]),
         yaxis=dict(type="category", categoryorder="array", categoryarray=order[::-1]),
     )

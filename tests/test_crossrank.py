@@ -1,0 +1,211 @@
+"""Across ranks, on tiny hand-built multi-rank traces with known answers: matching, mismatches, clock offsets,
+idle causes and findings."""
+
+import math
+
+import numpy as np
+import pytest
+
+import tracekit
+from tracedata import cpu, kernel, launch, step, write_trace
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+AR = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "dtype": "Float",
+      "Group size": 2, "Process Group Name": "0"}
+
+
+def ar(ts, dur, seq=None, nelems=1000, stream=20, **extra):
+    args = {**AR, "In msg nelems": nelems, "Out msg nelems": nelems, **extra}
+    if seq is not None:
+        args["Seq"] = seq
+    return kernel(NCCL, ts, dur, stream=stream, **args)
+
+
+def steps(n=3, length=1000):
+    return [step(i + 1, i * length, length) for i in range(n)]
+
+
+def test_match_by_seq_gives_wait_transfer_and_last_arrival(tmp_path):
+    # Seq 1: rank 0 starts at 100, rank 1 at 130, both end at 150.
+    # Seq 2 is issued first on rank 1 (another order), and matched by Seq all the same.
+    write_trace(tmp_path / "rank0.json", steps() + [ar(100, 50, seq=1), ar(400, 100, seq=2)], rank=0)
+    write_trace(tmp_path / "rank1.json", steps() + [ar(130, 20, seq=1), ar(90, 5, seq=3), ar(450, 50, seq=2)], rank=1)
+    s = tracekit.summarize(tmp_path)
+    c = s.collectives.set_index(["rank", "seq"])
+    assert c.loc[(0, 1), ["wait_us", "transfer_us"]].tolist() == [30, 20]
+    assert c.loc[(1, 1), ["wait_us", "transfer_us"]].tolist() == [0, 20]
+    assert c.loc[(0, 2), ["wait_us", "transfer_us"]].tolist() == [50, 50]
+    assert bool(c.loc[(1, 1), "last_arrival"]) and not bool(c.loc[(0, 1), "last_arrival"])
+    assert math.isnan(c.loc[(1, 3), "wait_us"])  # seen on one rank only: unknown
+    r = s.ranks.set_index("rank")
+    assert r.loc[0, "comm_wait_us"] == 80 and r.loc[0, "comm_transfer_us"] == 70 and r.loc[1, "last_arrivals"] == 2
+    assert list(s.mismatches["kind"]) == ["missing"] and s.mismatches["ranks"].iloc[0] == [0]
+
+
+def test_match_by_order_within_steps(tmp_path):
+    # No Seq: the k-th all_reduce of a step on one rank is the k-th on the other.
+    write_trace(tmp_path / "rank0.json", steps() + [ar(100, 50), ar(300, 50), ar(1100, 50)], rank=0)
+    write_trace(tmp_path / "rank1.json", steps() + [ar(120, 30), ar(340, 10), ar(1150, 10)], rank=1)
+    c = tracekit.summarize(tmp_path).collectives
+    assert c.loc[c["rank"] == 0, "wait_us"].tolist() == [20, 40, 50]
+    assert c.loc[c["rank"] == 1, "wait_us"].tolist() == [0, 0, 0]
+    assert c.loc[c["rank"] == 0, "transfer_us"].tolist() == [30, 10, 0]  # never negative
+
+
+def test_mismatch_is_reported_and_the_rest_still_analysed(tmp_path):
+    write_trace(tmp_path / "rank0.json", steps() + [ar(100, 50), ar(300, 50, nelems=2000), ar(500, 10)], rank=0)
+    write_trace(tmp_path / "rank1.json", steps() + [ar(110, 40), ar(310, 40, nelems=1000)], rank=1)
+    s = tracekit.summarize(tmp_path)
+    m = s.mismatches
+    assert set(m["kind"]) == {"missing", "size"}
+    missing = m[m["kind"] == "missing"].iloc[0]
+    assert missing["ranks"] == [1] and missing["position"] == "step 1"
+    assert "rank 0: 8000 B" in m[m["kind"] == "size"].iloc[0]["detail"]
+    assert s.collectives.loc[s.collectives["rank"] == 0, "wait_us"].tolist()[:2] == [10, 10]
+    assert len(s.ranks) == 2 and not s.ranks["overlap_pct"].isna().all()
+
+
+def _skewed_run(tmp_path, offset_us, hosts):
+    rng = np.random.default_rng(0)
+    events = {0: steps(8), 1: steps(8)}
+    for i in range(8):
+        t0, t1 = i * 1000 + 100, i * 1000 + 100 + 30 * (i % 3)  # rank 1 arrives 0-60 us later
+        end = i * 1000 + 300
+        events[0].append(ar(t0, end - t0))
+        events[1].append(ar(t1, end - t1 + int(rng.integers(-1, 2))))
+    # Rank 1's host clock runs offset_us ahead: every timestamp it writes is shifted.
+    shifted = [{**e, "ts": e["ts"] + offset_us} for e in events[1]]
+    write_trace(tmp_path / "rank0.json", events[0], rank=0, host_name=hosts[0])
+    write_trace(tmp_path / "rank1.json", shifted, rank=1, host_name=hosts[1])
+    return tracekit.summarize(tmp_path)
+
+
+def test_clock_offset_recovered_and_corrected_across_hosts(tmp_path):
+    s = _skewed_run(tmp_path, 5000, ("node-a", "node-b"))
+    offsets = {o["rank"]: o for o in s.run["clock_offsets"]}
+    assert offsets[1]["offset_us"] == pytest.approx(5000, abs=2) and offsets[1]["corrected"]
+    waits = s.collectives[s.collectives["rank"] == 0].sort_values("start_us")["wait_us"].tolist()
+    assert waits == pytest.approx([30 * (i % 3) for i in range(8)], abs=2)
+
+
+def test_same_host_clock_is_not_corrected(tmp_path):
+    s = _skewed_run(tmp_path, 0, ("node-a", "node-a"))
+    assert not any(o["corrected"] for o in s.run["clock_offsets"])
+
+
+# --- idle causes -------------------------------------------------------------------------------------------------
+
+def test_each_idle_cause(tmp_path):
+    events = steps(2, 2000) + [
+        launch(1, 1), kernel("gemm", 10, 90, correlation=1),                       # busy [10, 100)
+        cpu("cudaDeviceSynchronize", 95, 30, cat="cuda_runtime"),                  # gap [100, 200): sync
+        launch(150, 2), kernel("gemm", 200, 100, correlation=2),                   # busy [200, 300)
+        cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 290, 50, cat="user_annotation"),
+        launch(330, 3), kernel("gemm", 400, 100, correlation=3),                   # gap [300, 400): data
+        launch(450, 4), kernel(NCCL, 600, 100, stream=20, correlation=4, **AR),   # gap [500, 600): comm_wait
+        launch(750, 5), kernel("gemm", 800, 100, correlation=5),                   # gap [700, 800): host (launch 750 > 700)
+        launch(850, 6), kernel("gemm", 1000, 100, correlation=6),                  # gap [900, 1000): other (launched at 850)
+    ]
+    s = tracekit.summarize(write_trace(tmp_path / "rank0.json", events), window="all_steps")
+    assert s.gaps["cause"].tolist() == ["sync", "data", "comm_wait", "host", "other"]
+    r = s.ranks.iloc[0]
+    assert [r[f"idle_{c}_us"] for c in ("sync", "data", "comm_wait", "host", "other")] == [100, 100, 100, 100, 100]
+    assert r["idle_us"] == 500
+
+
+def test_cpu_rank_idle_is_split_on_the_training_thread(tmp_path):
+    events = steps(2, 1000) + [
+        cpu("aten::mm", 0, 100), cpu("aten::mm", 150, 100),                       # gap [100, 150): host
+        cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 240, 80, cat="user_annotation"),
+        cpu("aten::add", 300, 50),                                                 # gap [250, 300): data
+        cpu("gloo:all_reduce", 350, 100, cat="user_annotation", tid=9, **{"Input Dims": [[10]], "Input type": ["float"]}),
+        cpu("aten::mm", 460, 40),                                                  # gap [450, 460): host
+    ]
+    s = tracekit.summarize(write_trace(tmp_path / "rank0.json", events, backend="gloo"), window="all_steps")
+    assert s.gaps["cause"].tolist() == ["host", "data", "host"]
+    assert s.ranks.iloc[0][["idle_host_us", "idle_data_us"]].tolist() == [60, 50]
+
+
+# --- findings ----------------------------------------------------------------------------------------------------
+
+A100 = [{"name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8}]
+
+
+def _kinds(s):
+    return {f.kind for f in s.findings}
+
+
+def test_clean_trace_has_no_findings(tmp_path):
+    # bf16 compute back to back; the all-reduce hides under it; fast enough for the link.
+    big = {**AR, "In msg nelems": 50_000_000, "Out msg nelems": 50_000_000, "dtype": "BFloat16"}
+    for rank in (0, 1):
+        ev = steps(3, 1000) + [kernel("sm90_xmma_gemm_bf16bf16_bf16f32", t, 1000, correlation=None) for t in (0, 1000, 2000)]
+        ev += [kernel(NCCL, 200 + 1000 * k, 600, stream=20, **big) for k in range(3)]
+        write_trace(tmp_path / f"rank{rank}.json", ev, rank=rank, deviceProperties=A100)
+    s = tracekit.summarize(tmp_path)
+    assert s.findings == (), [f.message for f in s.findings]
+    assert "Findings" not in str(s)
+
+
+def _finding_run(tmp_path, rank_events, **top):
+    for rank, ev in rank_events.items():
+        write_trace(tmp_path / f"rank{rank}.json", ev, rank=rank, **top)
+    return tracekit.summarize(tmp_path)
+
+
+def test_exposed_comm_finding(tmp_path):
+    ev = steps(3) + [kernel("gemm_bf16", 0, 400), kernel(NCCL, 400, 400, stream=20, **AR),
+                     kernel("gemm_bf16", 1000, 400), kernel(NCCL, 1400, 400, stream=20, **AR)]
+    s = _finding_run(tmp_path, {0: ev})
+    f = next(f for f in s.findings if f.kind == "exposed_comm")
+    assert f.severity == "high" and f.ranks == (0,) and f.evidence["share"] == pytest.approx(800 / 1800)
+    assert "no_sync" in f.recommendation
+
+
+def test_straggler_finding(tmp_path):
+    # Rank 2 of 3 arrives 300 us late to each of 10 all-reduces, one per 1000 us step.
+    ranks = {r: steps(11) for r in range(3)}
+    for i in range(10):
+        for r in range(3):
+            start = i * 1000 + (400 if r == 2 else 100)
+            ranks[r].append(ar(start, i * 1000 + 500 - start, **{"Group size": 3}))
+    s = _finding_run(tmp_path, ranks)
+    assert s.stragglers["rank"].tolist() == [2]
+    assert s.stragglers["caused_wait_us_per_step"].iloc[0] == pytest.approx(300)  # each other rank waits 300 us a step
+    f = next(f for f in s.findings if f.kind == "straggler")
+    assert f.ranks == (2,) and f.severity == "high"
+    assert s.imbalance.shape[0] == 10
+
+
+def test_data_loading_host_and_sync_findings(tmp_path):
+    ev = steps(3)
+    for i in range(2):
+        base = i * 1000
+        ev += [launch(base + 1, 10 * i + 1), kernel("gemm_bf16", base + 10, 100, correlation=10 * i + 1),
+               cpu("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", base + 110, 300, cat="user_annotation"),
+               launch(base + 420, 10 * i + 2), kernel("gemm_bf16", base + 430, 100, correlation=10 * i + 2),
+               launch(base + 700, 10 * i + 3), kernel("gemm_bf16", base + 750, 100, correlation=10 * i + 3),
+               cpu("cudaStreamSynchronize", base + 840, 100, cat="cuda_runtime"),
+               launch(base + 950, 10 * i + 4), kernel("gemm_bf16", base + 960, 30, correlation=10 * i + 4)]
+    s = _finding_run(tmp_path, {0: ev}, deviceProperties=A100)
+    assert {"data_loading", "host_bound", "sync_in_step"} <= _kinds(s)
+
+
+def test_data_parallel_and_fp32_findings(tmp_path):
+    ev = steps(3) + [cpu("DataParallel.forward", 5, 500, cat="user_annotation"),
+                     kernel("ampere_sgemm_128x64_tn", 10, 900), kernel("ampere_sgemm_128x64_tn", 1010, 900)]
+    s = _finding_run(tmp_path, {0: ev}, deviceProperties=A100)
+    assert {"data_parallel", "no_reduced_precision"} <= _kinds(s)
+    assert s.findings[0].kind == "data_parallel"  # most severe first
+
+
+def test_low_bus_bandwidth_finding(tmp_path):
+    # 64 MB all-reduce taking 10 ms on 2 A100s: busbw 6.4 GB/s against a 300 GB/s link.
+    slow = {**AR, "In msg nelems": 16_000_000, "Out msg nelems": 16_000_000}
+    ranks = {r: steps(3, 20_000) + [kernel("gemm_bf16", 0, 20_000),
+                                     kernel(NCCL, 5000, 10_000, stream=20, **slow)] for r in (0, 1)}
+    for r in ranks:
+        write_trace(tmp_path / f"rank{r}.json", ranks[r], rank=r, deviceProperties=A100)
+    s = tracekit.summarize(tmp_path)
+    f = next(f for f in s.findings if f.kind == "low_busbw")
+    assert f.evidence["busbw_gbps"] == pytest.approx(6.4) and f.evidence["link_gbps"] == 300
