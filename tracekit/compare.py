@@ -38,6 +38,7 @@ class Comparison:
     table: pd.DataFrame
 
     def to_dict(self) -> dict:
+        """Plain values: the two sources and one record per metric (NaN as None)."""
         rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                 for r in self.table.to_dict("records")]
         return {"a": self.a, "b": self.b, "metrics": rows}

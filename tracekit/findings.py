@@ -40,6 +40,7 @@ class Finding:
     evidence: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The finding as plain values."""
         return asdict(self)
 
 
