@@ -15,7 +15,7 @@ import torch  # noqa: E402
 import tracekit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2", "--batch-size", "4", "--nproc", "2"]
+TINY = ["--cpu", "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2", "--batch-size", "4", "--nproc", "2"]
 TINY_RESNET = [*TINY, "--model", "resnet18", "--image-size", "32"]
 TINY_GPT = [*TINY, "--n-layer", "1", "--n-embd", "64", "--n-head", "2", "--seq-len", "32", "--vocab-size", "8192"]
 
@@ -53,6 +53,7 @@ def test_help_is_the_manual(name):
 @pytest.mark.parametrize("name, flags, message", [
     ("resnet", ["--accum", "0"], "--accum must be >= 1, got 0"),
     ("resnet", ["--model", "resnet7"], "--model must be one of"),
+    ("resnet", ["--mode", "dp", "--cpu"], "--mode dp runs on GPUs; drop --cpu"),
     ("resnet", ["--profile", "--steps", "3"], "ends before the profiled window"),
     ("gpt", ["--n-embd", "100", "--n-head", "3"], "--n-embd 100 is not a multiple of --n-head 3"),
 ])
@@ -87,7 +88,7 @@ def test_image_folder_data(tmp_path):
         (tmp_path / "data" / c).mkdir(parents=True)
         for i in range(4):
             Image.new("RGB", (20, 20), (40 * i, 100, 200)).save(tmp_path / "data" / c / f"{i}.png")
-    done = workload("resnet", "--data", str(tmp_path / "data"), "--steps", "2", "--batch-size", "2",
+    done = workload("resnet", "--cpu", "--data", str(tmp_path / "data"), "--steps", "2", "--batch-size", "2",
                     "--image-size", "16", "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     run = json.loads((tmp_path / "run" / "run.json").read_text())

@@ -1,11 +1,12 @@
-"""The harness every workload shares: launch, distributed setup, profiling, the training-step helpers and run.json.
+"""The harness every workload shares: launch, distributed setup, profiling, trace naming, step timing and run.json.
 
-A workload calls `main(train, cfg, name)`; `train(rank, cfg)` then runs in every rank with the process group up.
+A workload calls `main(train, cfg, name, summary)`; `train(rank, cfg)` then runs in every rank with the group up.
 Launching:
 - under `torchrun` (RANK and WORLD_SIZE in the environment) each process is one rank;
 - otherwise one process per visible GPU with NCCL, or `cfg.nproc` CPU ranks with gloo, spawned here;
 - `--mode dp` runs one process with DataParallel and no process group.
-If a rank raises, it reports first, then the launcher stops the others and names it; the process group is always destroyed.
+If a rank raises, it reports first, then the launcher stops the others and names it.
+The process group is always destroyed.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from workloads.config import ConfigError, TrainConfig, fail
+from workloads.training import Rank, global_batch
 
 TRACE_NAME = "rank-{rank}.pt.trace.json.gz"
 RUN_JSON = "run.json"
@@ -40,22 +41,6 @@ STOP_GRACE_S = 3.0
 def trace_name(rank: int) -> str:
     """File name of rank `rank`'s trace inside the output folder."""
     return TRACE_NAME.format(rank=rank)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rank:
-    """Where this process sits in the job."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    backend: str | None  # None: no process group (DataParallel)
-    device: torch.device
-    device_names: tuple[str, ...]  # one per rank
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
 
 # ---------------------------------------------------------------------------------------------- launch
@@ -80,7 +65,7 @@ def main(train: Callable[[Rank, Any], None], cfg: TrainConfig, name: str, summar
 
 
 def _check_machine(cfg: TrainConfig) -> None:
-    if cfg.mode == "dp" and torch.cuda.device_count() == 0:
+    if cfg.mode == "dp" and gpu_count(cfg) == 0:
         raise ConfigError("--mode dp (DataParallel) needs CUDA GPUs and this machine has none; use --mode ddp")
     if cfg.mode == "dp" and "RANK" in os.environ:
         raise ConfigError("--mode dp runs in one process; start it with python, not torchrun")
@@ -94,24 +79,36 @@ class RankFailed(RuntimeError):
     """A rank of a spawned job raised or died; the message names it."""
 
 
+def gpu_count(cfg: TrainConfig) -> int:
+    """GPUs the job uses: all visible ones, or none with --cpu."""
+    return 0 if cfg.cpu else torch.cuda.device_count()
+
+
 def _launch(train: Callable, cfg: TrainConfig) -> None:
-    gpus = torch.cuda.device_count()
+    gpus = gpu_count(cfg)
     if cfg.mode == "dp":
         names = tuple(torch.cuda.get_device_name(i) for i in range(gpus))
         train(Rank(rank=0, local_rank=0, world_size=1, backend=None, device=torch.device("cuda", 0),
                    device_names=names), cfg)
         return
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun stops the other ranks itself
         env = os.environ
-        _run_rank(train, cfg, int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
+        _in_process(train, cfg, int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
         return
     world = gpus or cfg.nproc
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     if world == 1:
         os.environ.update(env)
-        _run_rank(train, cfg, 0, 0, 1)
+        _in_process(train, cfg, 0, 0, 1)
         return
     _spawn(train, cfg, world, env)
+
+
+def _in_process(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, world: int) -> None:
+    try:
+        _run_rank(train, cfg, rank, local_rank, world)
+    except Exception as e:
+        raise RankFailed(f"rank {rank} failed: {_describe(e)}") from None
 
 
 def _free_port() -> int:
@@ -144,6 +141,10 @@ def _spawn(train: Callable, cfg: TrainConfig, world: int, env: dict[str, str]) -
 
 def _last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
+
+
+def _describe(e: Exception) -> str:
+    return _last_line(f"{type(e).__name__}: {e}")
 
 
 def _wait_for_failure(procs: list[mp.Process]) -> int | None:
@@ -184,7 +185,7 @@ def _child(rank: int, world: int, env: dict[str, str], train: Callable, cfg: Tra
 def _run_rank(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, world: int, reports=None) -> None:
     """Bring the process group up, run `train`, report a failure before tearing down, always destroy the group."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    on_gpu = torch.cuda.is_available()
+    on_gpu = gpu_count(cfg) > 0
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
     if on_gpu:
         torch.cuda.set_device(device)
@@ -200,11 +201,11 @@ def _run_rank(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, wor
                   device_names=tuple(names))
         train(me, replace(cfg, out=out[0]))
     except Exception as e:
-        trace = _last_line(f"{type(e).__name__}: {e}") + "\n" if isinstance(e, ConfigError) else traceback.format_exc()
+        trace = _describe(e) + "\n" if isinstance(e, ConfigError) else traceback.format_exc()
         if reports is not None:
             reports.put((rank, trace))  # the launcher prints the first failure only
         else:
-            print(trace + f"rank {rank} failed: {_last_line(trace)}", file=sys.stderr, flush=True)
+            print(trace, file=sys.stderr, end="", flush=True)
         raise
     finally:
         dist.destroy_process_group()
@@ -224,25 +225,6 @@ def _device_name(device: torch.device) -> str:
     return "cpu"
 
 
-def wrap_model(model: torch.nn.Module, cfg: TrainConfig, rank: Rank) -> torch.nn.Module:
-    """Move `model` to the rank's device and wrap it in DDP (or DataParallel for --mode dp)."""
-    model = model.to(rank.device)
-    if rank.backend is None:
-        return DataParallel(model)
-    ids = [rank.local_rank] if rank.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb)
-
-
-def process_batch(cfg: TrainConfig, rank: Rank) -> int:
-    """Samples per micro-batch in this process: --batch-size, times the GPU count for DataParallel, which splits it."""
-    return cfg.batch_size * (len(rank.device_names) if rank.backend is None else 1)
-
-
-def global_batch(cfg: TrainConfig, rank: Rank) -> int:
-    """Samples per optimizer step over all ranks and micro-batches."""
-    return process_batch(cfg, rank) * cfg.accum * rank.world_size
-
-
 def announce(message: str) -> None:
     """Print `message` once per job: in the launching process, or on rank 0 under torchrun."""
     if os.environ.get("RANK", "0") == "0":
@@ -253,7 +235,7 @@ def machine(cfg: TrainConfig) -> str:
     """Where the job will run, in words, for the line that says which config was chosen."""
     if "WORLD_SIZE" in os.environ:
         return f"torchrun, {os.environ['WORLD_SIZE']} ranks"
-    gpus = torch.cuda.device_count()
+    gpus = gpu_count(cfg)
     if cfg.mode == "dp":
         return f"DataParallel over {gpus} GPUs"
     return f"{gpus} GPUs, NCCL" if gpus else f"no CUDA GPU, {cfg.nproc} CPU ranks with gloo"
@@ -263,7 +245,7 @@ def machine(cfg: TrainConfig) -> str:
 
 @contextlib.contextmanager
 def profiling(cfg: TrainConfig, rank: Rank) -> Iterator[torch.profiler.profile | None]:
-    """Yield a torch.profiler on the wait/warmup/active schedule, writing this rank's gzip trace, or None without --profile.
+    """Yield a torch.profiler (wait/warmup/active schedule) that writes this rank's gzip trace; None without --profile.
 
     Call `prof.step()` once per optimizer step, so that `ProfilerStep#i` is optimizer step i.
     """
@@ -281,34 +263,6 @@ def profiling(cfg: TrainConfig, rank: Rank) -> Iterator[torch.profiler.profile |
         yield prof
     if hasattr(prof, "wait_for_exports"):
         prof.wait_for_exports()
-
-
-@contextlib.contextmanager
-def micro_batch(model: torch.nn.Module, cfg: TrainConfig, rank: Rank, step: int, i: int) -> Iterator[None]:
-    """Run micro-batch `i` of optimizer `step`: labelled `microbatch#i`, gradients synced only on the last one.
-
-    Also injects the test faults: the straggler's sleep before the forward pass, and the failing rank's error.
-    """
-    last = i == cfg.accum - 1
-    sync = contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
-    with sync, torch.profiler.record_function(f"microbatch#{i}"):
-        if rank.rank == cfg.straggler_rank:
-            with torch.profiler.record_function("straggler_sleep"):
-                time.sleep(cfg.straggler_ms / 1e3)
-        if rank.rank == cfg.fail_rank and step == 1:
-            raise RuntimeError(f"deliberate failure on rank {rank.rank} at step {step} (--fail-rank)")
-        yield
-
-
-def autocast(cfg: TrainConfig, rank: Rank) -> torch.autocast:
-    """Autocast for --amp (a no-op context with --amp off)."""
-    dtype = torch.float16 if cfg.amp == "fp16" else torch.bfloat16
-    return torch.autocast(device_type=rank.device.type, dtype=dtype, enabled=cfg.amp != "off")
-
-
-def grad_scaler(cfg: TrainConfig, rank: Rank) -> torch.amp.GradScaler:
-    """A GradScaler, enabled only for --amp fp16."""
-    return torch.amp.GradScaler(rank.device.type, enabled=cfg.amp == "fp16")
 
 
 # ------------------------------------------------------------------------------------ timing and run.json
@@ -366,7 +320,7 @@ def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.
         "traces": [trace_name(r) for r in range(rank.world_size)] if cfg.profile else [],
         "step_ms": [round(ms, 3) for ms in clock.step_ms],
         "throughput_samples_per_s": clock.throughput(),
-        "command": [Path(sys.executable).name, *sys.argv],
+        "argv": sys.argv[1:],
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
     path = out / RUN_JSON

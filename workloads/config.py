@@ -36,6 +36,7 @@ class TrainConfig:
     bucket_cap_mb: float = 25.0
     pin_memory: bool = False
     nproc: int = 2
+    cpu: bool = False
     timeout_s: float = 60.0
     profile: bool = False
     wait: int = 2
@@ -55,6 +56,7 @@ class TrainConfig:
         _check(self.bucket_cap_mb > 0, f"--bucket-cap-mb must be > 0, got {self.bucket_cap_mb}")
         _check(self.timeout_s > 0, f"--timeout-s must be > 0, got {self.timeout_s}")
         _check(self.mode in PARALLEL_MODES, f"--mode must be one of {PARALLEL_MODES}, got {self.mode!r}")
+        _check(not (self.mode == "dp" and self.cpu), "--mode dp runs on GPUs; drop --cpu")
         _check(self.amp in AMP_MODES, f"--amp must be one of {AMP_MODES}, got {self.amp!r}")
         _check(min(self.wait, self.warmup) >= 0 and self.active >= 1,
                f"need --wait >= 0, --warmup >= 0, --active >= 1, got {self.wait}/{self.warmup}/{self.active}")
@@ -108,10 +110,13 @@ def base_parser(prog: str, manual: str) -> Parser:
     par.add_argument("--mode", choices=PARALLEL_MODES, default="ddp",
                      help="ddp: one process per GPU (or CPU rank); dp: DataParallel in one process, needs GPUs")
     par.add_argument("--nproc", type=int, default=2, help="CPU ranks when there is no GPU and no torchrun")
+    par.add_argument("--cpu", action="store_true", help="run CPU ranks with gloo even where there are GPUs")
     par.add_argument("--amp", choices=AMP_MODES, default="off", help="autocast dtype; fp16 adds a GradScaler")
-    par.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step (no_sync on all but the last)")
+    par.add_argument("--accum", type=int, default=1,
+                     help="micro-batches per optimizer step (no_sync on all but the last)")
     par.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP all-reduce bucket size in MB")
-    par.add_argument("--timeout-s", type=float, default=60.0, help="collective timeout in seconds, so a lost rank fails the run")
+    par.add_argument("--timeout-s", type=float, default=60.0,
+                     help="collective timeout in seconds, so that a lost rank fails the run")
     prof = p.add_argument_group("profiling")
     prof.add_argument("--profile", action="store_true", help="write one trace per rank with torch.profiler")
     prof.add_argument("--wait", type=int, default=2, help="steps before the profiler starts")
@@ -126,10 +131,10 @@ def base_parser(prog: str, manual: str) -> Parser:
 C = TypeVar("C", bound=TrainConfig)
 
 
-def build(cls: type[C], parser: Parser, argv: list[str] | None, defaults: dict[str, Any]) -> C:
-    """Make a `cls` from the flags in `argv`, taking `defaults` for those left unset; a bad value exits with one line."""
+def build(cls: type[C], parser: Parser, args: argparse.Namespace, defaults: dict[str, Any]) -> C:
+    """Make a `cls` from parsed flags, with `defaults` for those left unset; a bad value exits with one line."""
     names = {f.name for f in fields(cls)}
-    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and k in names}
+    given = {k: v for k, v in vars(args).items() if v is not None and k in names}
     try:
         return cls(**{**defaults, **given})
     except ConfigError as e:

@@ -12,6 +12,7 @@ Commands
       torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --rdzv-backend c10d \\
                --rdzv-endpoint $HEAD:29500 -m workloads.gpt --profile --out /shared/runs/gpt-2x8
   CPU only (gloo, CPU-sized config):  python -m workloads.gpt --profile --nproc 2
+                                      (--cpu does the same on a machine with GPUs)
 
 The classic experiments: --mode dp, --amp bf16, --accum 4, --bucket-cap-mb 100 (see workloads.resnet).
 
@@ -27,11 +28,11 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from workloads import common
-from workloads.common import Rank
+from workloads import common, training
 from workloads.config import ConfigError, TrainConfig, base_parser, build
 from workloads.data import SyntheticTokens, batches
 from workloads.gpt_model import GPT, GPTShape
+from workloads.training import Rank
 
 GPU_DEFAULTS = dict(vocab_size=50304, seq_len=1024, n_layer=12, n_head=12, n_embd=768,
                     batch_size=8, steps=30, workers=2, lr=6e-4)
@@ -74,10 +75,12 @@ def parse_config(argv: list[str] | None = None) -> tuple[GPTConfig, str]:
     m.add_argument("--n-layer", type=int, help="transformer blocks")
     m.add_argument("--n-head", type=int, help="attention heads")
     m.add_argument("--n-embd", type=int, help="channels")
-    gpu = torch.cuda.is_available()
-    cfg = build(GPTConfig, p, argv, GPU_DEFAULTS if gpu else CPU_DEFAULTS)
+    args = p.parse_args(argv)
+    gpu = torch.cuda.is_available() and not args.cpu
+    cfg = build(GPTConfig, p, args, GPU_DEFAULTS if gpu else CPU_DEFAULTS)
     summary = (f"GPT {cfg.n_layer} layers x {cfg.n_embd} channels, vocab {cfg.vocab_size}, {cfg.seq_len} tokens,"
-               f" batch {cfg.batch_size} per rank, {cfg.steps} steps ({'GPU' if gpu else 'CPU'} defaults; flags override)")
+               f" batch {cfg.batch_size} per rank, {cfg.steps} steps"
+               f" ({'GPU' if gpu else 'CPU'} defaults; flags override)")
     return cfg, summary
 
 
@@ -85,14 +88,14 @@ def parse_config(argv: list[str] | None = None) -> tuple[GPTConfig, str]:
 
 def train(rank: Rank, cfg: GPTConfig) -> None:
     torch.manual_seed(cfg.seed)
-    dataset = SyntheticTokens(common.global_batch(cfg, rank) * cfg.steps, cfg.seq_len, cfg.vocab_size, cfg.seed)
-    stream = batches(dataset, batch_size=common.process_batch(cfg, rank), rank=rank.rank,
+    dataset = SyntheticTokens(training.global_batch(cfg, rank) * cfg.steps, cfg.seq_len, cfg.vocab_size, cfg.seed)
+    stream = batches(dataset, batch_size=training.process_batch(cfg, rank), rank=rank.rank,
                      world_size=rank.world_size, workers=cfg.workers, seed=cfg.seed,
                      pin_memory=cfg.pin_memory and rank.device.type == "cuda")
 
-    model = common.wrap_model(GPT(cfg.shape), cfg, rank)
+    model = training.wrap_model(GPT(cfg.shape), cfg, rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
-    scaler = common.grad_scaler(cfg, rank)
+    scaler = training.grad_scaler(cfg, rank)
 
     clock = common.StepClock(cfg, rank)
     with common.profiling(cfg, rank) as prof:
@@ -100,8 +103,8 @@ def train(rank: Rank, cfg: GPTConfig) -> None:
             clock.start()
             for i in range(cfg.accum):
                 x, y = (t.to(rank.device, non_blocking=True) for t in next(stream))
-                with common.micro_batch(model, cfg, rank, step, i):
-                    with common.autocast(cfg, rank):
+                with training.micro_batch(model, cfg, rank, step, i):
+                    with training.autocast(cfg, rank):
                         logits = model(x)
                         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten()) / cfg.accum
                     scaler.scale(loss).backward()

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 @dataclass(frozen=True, kw_only=True)
 class GPTShape:
-    """Model sizes: `vocab_size` tokens, `seq_len` positions, `n_layer` blocks of `n_head` heads over `n_embd` channels."""
+    """Sizes: `vocab_size` tokens, `seq_len` positions, `n_layer` blocks of `n_head` heads over `n_embd` channels."""
 
     vocab_size: int
     seq_len: int

@@ -11,6 +11,7 @@ Commands
       torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --rdzv-backend c10d \\
                --rdzv-endpoint $HEAD:29500 -m workloads.resnet --profile --out /shared/runs/resnet-2x8
   CPU only (gloo, CPU-sized config):  python -m workloads.resnet --profile --nproc 2
+                                      (--cpu does the same on a machine with GPUs)
 
 The classic experiments (compare run.json throughput and the traces):
   DDP vs DataParallel:     --mode dp            mixed precision:  --amp bf16   (fp16 adds a GradScaler)
@@ -31,10 +32,10 @@ import torch
 import torchvision
 from torch import nn
 
-from workloads import common
-from workloads.common import Rank
+from workloads import common, training
 from workloads.config import ConfigError, TrainConfig, base_parser, build
 from workloads.data import SyntheticImages, batches
+from workloads.training import Rank
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101")
 GPU_DEFAULTS = dict(model="resnet50", image_size=224, batch_size=64, steps=30, workers=4, classes=1000, lr=0.1)
@@ -77,8 +78,9 @@ def parse_config(argv: list[str] | None = None) -> tuple[ResNetConfig, str]:
     m.add_argument("--channels-last", action="store_true", help="NHWC memory format for model and inputs")
     m.add_argument("--data", help="ImageFolder root (class sub-folders) instead of synthetic images")
     m.add_argument("--cifar10", help="folder holding the downloaded CIFAR-10 (cifar-10-batches-py)")
-    gpu = torch.cuda.is_available()
-    cfg = build(ResNetConfig, p, argv, GPU_DEFAULTS if gpu else CPU_DEFAULTS)
+    args = p.parse_args(argv)
+    gpu = torch.cuda.is_available() and not args.cpu
+    cfg = build(ResNetConfig, p, args, GPU_DEFAULTS if gpu else CPU_DEFAULTS)
     summary = (f"{cfg.model}, {cfg.image_size}px images, batch {cfg.batch_size} per rank, {cfg.steps} steps"
                f" ({'GPU' if gpu else 'CPU'} defaults; flags override)")
     return cfg, summary
@@ -103,17 +105,17 @@ def make_dataset(cfg: ResNetConfig, samples: int) -> torch.utils.data.Dataset:
 
 def train(rank: Rank, cfg: ResNetConfig) -> None:
     torch.manual_seed(cfg.seed)
-    dataset = make_dataset(cfg, samples=common.global_batch(cfg, rank) * cfg.steps)
-    stream = batches(dataset, batch_size=common.process_batch(cfg, rank), rank=rank.rank,
+    dataset = make_dataset(cfg, samples=training.global_batch(cfg, rank) * cfg.steps)
+    stream = batches(dataset, batch_size=training.process_batch(cfg, rank), rank=rank.rank,
                      world_size=rank.world_size, workers=cfg.workers, seed=cfg.seed,
                      pin_memory=cfg.pin_memory and rank.device.type == "cuda")
 
     classes = len(dataset.classes)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = torchvision.models.get_model(cfg.model, num_classes=classes).to(memory_format=memory_format)
-    model = common.wrap_model(model, cfg, rank)
+    model = training.wrap_model(model, cfg, rank)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, weight_decay=5e-5)
-    scaler = common.grad_scaler(cfg, rank)
+    scaler = training.grad_scaler(cfg, rank)
     criterion = nn.CrossEntropyLoss()
 
     clock = common.StepClock(cfg, rank)
@@ -124,8 +126,8 @@ def train(rank: Rank, cfg: ResNetConfig) -> None:
                 images, labels = next(stream)
                 images = images.to(rank.device, non_blocking=True, memory_format=memory_format)
                 labels = labels.to(rank.device, non_blocking=True)
-                with common.micro_batch(model, cfg, rank, step, i):
-                    with common.autocast(cfg, rank):
+                with training.micro_batch(model, cfg, rank, step, i):
+                    with training.autocast(cfg, rank):
                         loss = criterion(model(images), labels) / cfg.accum
                     scaler.scale(loss).backward()
             scaler.step(optimizer)
