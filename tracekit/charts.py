@@ -6,8 +6,10 @@ analysis adds (``wait_us``, ``idle_host_us``, ``cause``, ...) are drawn where th
 charts fall back to what every Summary has when they are missing. Times are drawn in ms, sizes in bytes.
 
 >>> import tracekit
->>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")  # doctest: +SKIP
->>> rank_breakdown(s).show()                                  # doctest: +SKIP
+>>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")
+>>> [bar.name for bar in rank_breakdown(s).data][:3]
+['compute', 'overlapped comm', 'exposed comm']
+>>> rank_breakdown(s).show()  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ COLORS = {
     "idle: comm_wait": "#EECA3B", "idle: other": "#BAB0AC", "wait": "#EECA3B", "transfer": "#E45756",
 }
 IDLE_CAUSES = ("host", "sync", "data", "comm_wait", "other")
-_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
+               legend=dict(orientation="h", y=-0.2, traceorder="normal"))
 
 
 def headline(summary) -> dict:
@@ -113,7 +116,8 @@ def step_heatmap(summary) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=grid.to_numpy() / 1e3, x=[str(s) for s in grid.columns], y=[f"rank {r}" for r in grid.index],
         colorscale="Viridis", colorbar_title="ms", hovertemplate="%{y}, step %{x}: %{z:,.2f} ms<extra></extra>"))
-    fig.update_layout(title="Step time per rank and step", xaxis_title="step", **_LAYOUT)
+    fig.update_layout(title="Step time per rank and step", xaxis_title="step", height=max(260, 120 + 40 * len(grid)),
+                      **_LAYOUT)
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category", autorange="reversed")
     return fig

@@ -1,0 +1,1 @@
+"""The tracekit viewer: ``streamlit run app/main.py`` (roots after ``--``: ``-- --root DIR``)."""

@@ -1,0 +1,52 @@
+"""The app's one door to tracekit's analysis: every read of a trace goes through these cached functions.
+
+Pages never call tracekit's reader or ``summarize`` themselves; they get what these return and only read it.
+The cached objects are shared between sessions, so nothing may change them. Each function takes the run
+folder's ``paths.fingerprint`` as a key, so a run that is written again is read again.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pandas as pd
+import streamlit as st
+
+import tracekit
+from app.paths import is_trace_name
+from tracekit import timeline
+from tracekit.classify import classify
+from tracekit.reader import read_rank
+
+
+SMALL_RUN = 8  # trace files read in this process; larger runs use summarize's worker processes
+
+
+@st.cache_resource(max_entries=16, show_spinner="Reading the traces…")
+def summary(folder: str, key: tuple) -> tracekit.Summary:
+    """``tracekit.summarize`` of a run folder (``key``: its ``paths.fingerprint``)."""
+    return tracekit.summarize(folder, **_options(key))
+
+
+def _options(key: tuple) -> dict:
+    """summarize's options where this tracekit has them: no on-disk cache, since the viewer reads nothing outside
+    its root folders (this module caches in memory), and no worker processes for a small run, whose reading
+    takes less time than starting them from a threaded server."""
+    accepted = inspect.signature(tracekit.summarize).parameters
+    options = {"cache": False} if "cache" in accepted else {}
+    if "workers" in accepted and sum(is_trace_name(entry[0]) for entry in key) <= SMALL_RUN:
+        options["workers"] = 1
+    return options
+
+
+@st.cache_resource(max_entries=4, show_spinner="Reading one rank's events…")
+def rank_lanes(file: str, rank: int, origin_ns: int, key: tuple) -> pd.DataFrame:
+    """The timeline rows (``tracekit.timeline.lanes``) of one rank's trace file, times from the run's origin."""
+    _, events, comm_args = read_rank(file, default_rank=rank)
+    return timeline.lanes(classify(events, comm_args), origin_ns)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Comparing…")
+def comparison(folder_a: str, key_a: tuple, folder_b: str, key_b: tuple) -> pd.DataFrame:
+    """``tracekit.compare`` of two runs: metric, unit, a, b, ratio (b / a)."""
+    return tracekit.compare(summary(folder_a, key_a), summary(folder_b, key_b)).table

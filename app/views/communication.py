@@ -1,0 +1,23 @@
+"""Communication: every collective call, bandwidth against size, and waiting against transferring."""
+
+import streamlit as st
+
+from app import fmt, state
+from tracekit import charts
+
+ctx = state.context()
+s = ctx.summary
+state.header("Communication", ctx)
+calls = s.collectives
+if calls.empty:
+    st.info("No collectives in this run.")
+    st.stop()
+st.subheader("Per op (in the window)")
+ops = charts.op_table(s)
+st.dataframe(ops, hide_index=True, column_config=fmt.columns(ops))
+left, right = st.columns(2)
+left.plotly_chart(charts.busbw_vs_size(s), key="comm_busbw")
+right.plotly_chart(charts.wait_vs_transfer(s), key="comm_wait")
+st.subheader("Collectives")
+st.caption("Click a column header to sort. Sizes and bandwidths are unknown (empty) when the trace does not record them.")
+st.dataframe(calls, hide_index=True, column_config=fmt.columns(calls))

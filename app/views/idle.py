@@ -1,0 +1,21 @@
+"""Idle: how long the device gaps are, why the device idles per rank, and the longest gaps with a link to them."""
+
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from app import fmt, state
+from tracekit import charts
+
+ctx = state.context()
+s = ctx.summary
+state.header("Idle", ctx)
+left, right = st.columns(2)
+left.plotly_chart(charts.gap_histogram(s), key="idle_hist")
+right.plotly_chart(charts.idle_by_cause(s), key="idle_causes")
+st.subheader("Longest gaps")
+gaps = charts.largest_gaps(s, 20)
+links = [f"timeline?{urlencode({'run': ctx.run_id, 'page': 'timeline', 'rank': int(r), 'at': f'{t:.3f}'})}"
+         for r, t in zip(gaps["rank"], gaps["start_us"])]
+st.dataframe(gaps.assign(timeline=links), hide_index=True,
+             column_config=fmt.columns(gaps) | {"timeline": st.column_config.LinkColumn("timeline", display_text="open")})

@@ -1,0 +1,26 @@
+"""Ranks: where each rank's time goes, and the step time of every rank and step."""
+
+import streamlit as st
+
+from app import fmt, state
+from tracekit import charts
+
+ctx = state.context()
+s = ctx.summary
+state.header("Ranks", ctx)
+st.plotly_chart(charts.rank_breakdown(s), key="ranks_breakdown")
+st.caption("Compute alone, communication under compute (overlapped), communication with nothing under it "
+           "(exposed), memory copies alone, and idle time (by cause where known); together they make the span.")
+st.plotly_chart(charts.step_heatmap(s), key="ranks_heatmap")
+stragglers = getattr(s, "stragglers", None)
+if stragglers is not None and len(stragglers):
+    st.subheader("Stragglers")
+    st.caption("Ranks that arrive last at collectives far more often than chance, and the waiting they cause.")
+    st.dataframe(stragglers, hide_index=True, column_config=fmt.columns(stragglers))
+imbalance = getattr(s, "imbalance", None)
+if imbalance is not None and len(imbalance):
+    st.subheader("Imbalance per step")
+    st.caption("Slowest over median step time across ranks, per step in the window.")
+    st.dataframe(imbalance, hide_index=True, column_config=fmt.columns(imbalance))
+st.subheader("Per rank")
+st.dataframe(s.ranks, hide_index=True, column_config=fmt.columns(s.ranks))

@@ -1,0 +1,88 @@
+"""Timeline: one rank, a chosen step range, streams/threads as lanes. Box-select on the chart to zoom in with
+full detail; what is narrower than a pixel at the current zoom is drawn as binned bars that say how many events
+they hold."""
+
+import pandas as pd
+import streamlit as st
+
+from app import loader, state
+from tracekit import timeline
+
+WIDTH_PX = 1400
+WINDOW = "timeline_window"
+
+ctx = state.context()
+s = ctx.summary
+state.header("Timeline", ctx)
+files = {int(f["rank"]): f["path"] for f in s.run.get("files", [])}
+if ctx.rank not in files:
+    st.info(f"No trace file for rank {ctx.rank}.")
+    st.stop()
+events = loader.rank_lanes(files[ctx.rank], ctx.rank, int(s.run["origin_ns"]), ctx.key)
+if events.empty:
+    st.info(f"Rank {ctx.rank} has no device events to draw.")
+    st.stop()
+gaps = s.gaps[s.gaps["rank"] == ctx.rank]
+steps = s.steps[s.steps["rank"] == ctx.rank].sort_values("start_us")
+
+
+def _clear_window():
+    st.session_state.pop(WINDOW, None)
+
+
+at = state.take_from_url("at")
+if at is not None:
+    try:
+        at_us = float(at)
+    except ValueError:
+        at_us = None
+    if at_us is not None:
+        st.session_state["timeline_at"] = at_us
+        inside = steps[(steps["start_us"] <= at_us) & (steps["start_us"] + steps["step_us"] > at_us)]
+        if len(inside):
+            st.session_state["timeline_steps"] = (int(inside["step"].iloc[0]),) * 2
+        _clear_window()
+
+if len(steps):
+    numbers = [int(n) for n in steps["step"]]
+    default = [int(n) for n in steps.loc[steps["in_window"].astype(bool), "step"]] or numbers
+    chosen = st.session_state.get("timeline_steps")
+    if not (isinstance(chosen, tuple) and set(chosen) <= set(numbers)):
+        st.session_state["timeline_steps"] = (default[0], default[0])
+    if len(numbers) > 1:
+        first, last = st.select_slider("Steps", numbers, key="timeline_steps", on_change=_clear_window)
+    else:
+        first = last = numbers[0]
+    span = steps[(steps["step"] >= first) & (steps["step"] <= last)]
+    t0, t1 = float(span["start_us"].min()), float((span["start_us"] + span["step_us"]).max())
+else:
+    st.caption("This trace has no ProfilerStep annotations: the whole trace is shown.")
+    t0, t1 = float(events["start_us"].min()), float((events["start_us"] + events["dur_us"]).max())
+
+t0, t1 = st.session_state.get(WINDOW, (t0, t1))
+drawn = timeline.bars(pd.concat([events, timeline.gap_lane(gaps)], ignore_index=True), t0, t1, WIDTH_PX)
+fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {(t1 - t0) / 1e3:,.2f} ms")
+marker = st.session_state.get("timeline_at")
+if marker is not None and t0 <= marker <= t1:
+    fig.add_vline(x=marker / 1e3, line_dash="dot", line_color="#333")
+chart_key = f"timeline_{ctx.rank}_{t0:.0f}_{t1:.0f}"
+
+
+def _zoom():
+    boxes = st.session_state[chart_key].selection.get("box") or []
+    if boxes and len(boxes[0].get("x", [])) == 2:
+        lo, hi = sorted(boxes[0]["x"])
+        if hi > lo:
+            st.session_state[WINDOW] = (lo * 1e3, hi * 1e3)
+
+
+st.plotly_chart(fig, key=chart_key, on_select=_zoom, selection_mode="box")
+shown = int((events["start_us"] < t1).sum() - ((events["start_us"] + events["dur_us"]) <= t0).sum())
+binned = drawn[drawn["n"] > 1]
+left, right = st.columns([4, 1])
+left.caption(f"{shown:,} events of {len(events):,} in view, drawn as {len(drawn):,} bars "
+             f"({len(binned):,} of them bins holding {int(binned['n'].sum()):,} events too small to see at this zoom). "
+             "Box-select on the chart to zoom in; idle gaps are shaded.")
+if WINDOW in st.session_state and right.button("Reset zoom", key="timeline_reset"):
+    _clear_window()
+    st.rerun()

@@ -1,0 +1,139 @@
+"""The viewer in a real browser: ``streamlit run`` on a free local port, Debian's headless Chromium through
+Selenium and Debian's chromedriver (nothing is downloaded). Every page must render its charts with no
+Streamlit exception; a screenshot of each page is saved under ``build/screenshots/``."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from viewer_runs import REPO, make_root
+
+webdriver = pytest.importorskip("selenium.webdriver")
+pytest.importorskip("streamlit")
+from selenium.webdriver.common.by import By  # noqa: E402
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+SHOTS = REPO / "build" / "screenshots"
+PAGES = {"overview": ("Overview", 0), "ranks": ("Ranks", 2), "communication": ("Communication", 2),
+         "idle": ("Idle", 2), "timeline": ("Timeline", 1), "compare": ("Compare", 1)}
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1500,1100"]
+
+pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                                reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(root: Path, port: int) -> subprocess.Popen:
+    """``streamlit run app/main.py -- --root ROOT`` on 127.0.0.1:port; returns once its health check answers."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(REPO / "app" / "main.py"), "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none", "--", "--root", str(root)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as answer:
+                if answer.read().decode().strip() == "ok":
+                    return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited: {proc.stdout.read()}")
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("streamlit did not answer its health check within 60 s")
+
+
+def chromium(profile: Path):
+    """Headless Debian Chromium with a fresh profile, driven by Debian's chromedriver."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)))
+
+
+def script_state(driver) -> str:
+    """Streamlit's own word for the script: ``running``, ``notRunning``, ``initial``, ..."""
+    apps = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stApp"]')
+    return apps[0].get_attribute("data-test-script-state") if apps else "initial"
+
+
+def wait_for_page(driver, title: str, charts: int, timeout: float = 45) -> None:
+    """Until the script has stopped, the page's title shows and at least ``charts`` plotly charts have drawn."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'):
+            return
+        titles = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "h1")]
+        drawn = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")
+        if script_state(driver) == "notRunning" and title in titles and len(drawn) >= charts:
+            time.sleep(0.3)  # let the last chart finish its layout before the screenshot
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"page {title!r} did not show {charts} chart(s) within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    root = make_root(tmp_path_factory.mktemp("runs") / "runs")
+    port = free_port()
+    proc = start_app(root, port)
+    yield f"http://127.0.0.1:{port}", root.name
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    browser = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield browser
+    browser.quit()
+
+
+def run_under_test(root_label: str) -> str:
+    samples = REPO / "sample_traces" / "resnet-gloo-2rank"
+    return f"{root_label}/resnet-gloo-2rank" if samples.is_dir() else f"{root_label}/tiny"
+
+
+@pytest.mark.parametrize("slug", list(PAGES))
+def test_every_page_renders_in_chromium(app_url, driver, slug):
+    base, label = app_url
+    title, charts = PAGES[slug]
+    run = run_under_test(label)
+    path = "" if slug == "overview" else slug  # the default page lives at the root URL
+    driver.get(f"{base}/{path}?{urlencode({'run': run, 'rank': 1})}")
+    wait_for_page(driver, title, charts)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / f"{slug}.png"))
+    exceptions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    assert not exceptions, exceptions[0].text
+    assert len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= charts
+    assert f"run={run.replace('/', '%2F')}" in driver.current_url and "rank=1" in driver.current_url
+
+
+def test_a_link_with_page_and_a_refused_run(app_url, driver):
+    base, label = app_url
+    driver.get(f"{base}/?{urlencode({'page': 'idle', 'run': f'{label}/../../etc'})}")
+    wait_for_page(driver, "Idle", 2)
+    errors = " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stAlert"]'))
+    assert "Refused" in errors and "'..'" in errors
+    assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')

@@ -1,0 +1,238 @@
+"""Chart functions, the timeline's binning and the HTML report, on tiny Summaries whose answers are known by hand."""
+
+import doctest
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("plotly")
+
+import tracekit  # noqa: E402
+from tracekit import charts, timeline  # noqa: E402
+from tracekit.classify import classify  # noqa: E402
+from tracekit.cli import main as cli  # noqa: E402
+from tracekit.reader import read_rank  # noqa: E402
+from tracekit.report import html_report, throughput, write_report  # noqa: E402
+from tracekit.summary import Summary  # noqa: E402
+from viewer_runs import REPO, SAMPLES, write_tiny_run  # noqa: E402
+
+
+def tiny_summary(causes: bool = True, matched: bool = True, stragglers=None) -> Summary:
+    """Two ranks over a 1000 us span: rank 0 computes 600 (200 of it under 300 us of comm), copies 50, idles 250;
+    rank 1 computes 400, comm 500 (100 under compute), idles 200. Steps 1-2 are in the window, step 3 is not."""
+    ranks = pd.DataFrame({
+        "rank": [0, 1], "device": ["gpu", "gpu"], "steps": [2, 2], "step_time_us": [500.0, 520.0],
+        "span_us": [1000.0, 1000.0], "busy_us": [750.0, 800.0], "compute_us": [600.0, 400.0], "comm_us": [300.0, 500.0],
+        "overlap_us": [200.0, 100.0], "exposed_comm_us": [100.0, 400.0], "memory_us": [50.0, 0.0],
+        "idle_us": [250.0, 200.0], "overlap_pct": [200 / 3, 20.0], "idle_pct": [25.0, 20.0],
+        "allreduce_count": [2, 2], "allreduce_us": [300.0, 500.0], "allreduce_bytes": [8e6, 8e6],
+    })
+    if causes:
+        ranks = ranks.assign(idle_host_us=[100.0, 0.0], idle_sync_us=[50.0, 0.0], idle_data_us=[0.0, 120.0],
+                             idle_comm_wait_us=[100.0, 0.0], idle_other_us=[0.0, 80.0])
+    if matched:
+        ranks = ranks.assign(comm_wait_us=[60.0, 0.0], comm_transfer_us=[240.0, 500.0])
+    steps = pd.DataFrame({"rank": [0, 0, 0, 1, 1, 1], "step": [1, 2, 3] * 2, "start_us": [0, 500, 1000] * 2,
+                          "step_us": [500.0, 500.0, 90.0, 510.0, 530.0, 80.0], "in_window": [True, True, False] * 2})
+    collectives = pd.DataFrame({
+        "rank": [0, 0, 1, 1, 1], "step": [1, 2, 1, 2, 3], "op": ["all_reduce", "all_reduce", "all_reduce", "all_reduce", "broadcast"],
+        "start_us": [100.0, 600.0, 100.0, 600.0, 1000.0], "dur_us": [150.0, 150.0, 250.0, 250.0, 10.0],
+        "bytes": [4e6, 4e6, 4e6, np.nan, 1e3], "busbw_gbps": [26.7, 26.7, 16.0, np.nan, 0.1],
+        "in_window": [True, True, True, True, False],
+    })
+    gaps = pd.DataFrame({"rank": [0, 0, 0, 1, 1], "start_us": [10.0, 300.0, 700.0, 50.0, 900.0],
+                         "dur_us": [100.0, 50.0, 100.0, 120.0, 80.0]})
+    if causes:
+        gaps["cause"] = ["host", "sync", "comm_wait", "data", "other"]
+    extra = {} if stragglers is None else {"stragglers": stragglers}
+    return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run={"source": "tiny <run>"}, **extra)
+
+
+def bar_totals(fig) -> dict[str, list[float]]:
+    return {t.name: list(t.y) for t in fig.data}
+
+
+def test_rank_segments_add_up_to_the_span():
+    seg = charts.rank_segments(tiny_summary())
+    assert seg.loc[0, ["compute", "overlapped comm", "exposed comm", "memory"]].tolist() == [400, 200, 100, 50]
+    assert seg.loc[1, ["compute", "overlapped comm", "exposed comm", "memory"]].tolist() == [300, 100, 400, 0]
+    assert seg.drop(columns="rank").sum(axis=1).tolist() == [1000, 1000]
+
+
+def test_rank_breakdown_draws_idle_by_cause_or_whole():
+    fig = charts.rank_breakdown(tiny_summary())
+    totals = bar_totals(fig)
+    assert totals["idle: host"] == [0.1, 0.0] and totals["idle: data"] == [0.0, 0.12]
+    assert np.sum(list(totals.values()), axis=0).tolist() == pytest.approx([1.0, 1.0])  # ms
+    assert fig.layout.barmode == "stack"
+    plain = bar_totals(charts.rank_breakdown(tiny_summary(causes=False)))
+    assert plain["idle"] == [0.25, 0.2] and not any(name.startswith("idle:") for name in plain)
+
+
+def test_step_heatmap_shows_window_steps_in_ms():
+    fig = charts.step_heatmap(tiny_summary())
+    heat = fig.data[0]
+    assert list(heat.x) == ["1", "2"] and list(heat.y) == ["rank 0", "rank 1"]
+    assert np.asarray(heat.z).tolist() == [[0.5, 0.5], [0.51, 0.53]]
+
+
+def test_busbw_leaves_out_unknown_sizes_and_uses_log_axes():
+    fig = charts.busbw_vs_size(tiny_summary())
+    assert [t.name for t in fig.data] == ["all_reduce"]  # the broadcast is outside the window
+    assert len(fig.data[0].x) == 3  # the call of unknown size is not drawn
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+
+
+def test_op_table_keeps_unknown_bytes_unknown():
+    table = charts.op_table(tiny_summary()).set_index("op")
+    assert table.loc["all_reduce", "calls"] == 4 and table.loc["all_reduce", "total_us"] == 800
+    assert math.isnan(table.loc["all_reduce", "total_bytes"])
+
+
+def test_wait_vs_transfer_from_ranks_then_collectives_then_a_note():
+    assert bar_totals(charts.wait_vs_transfer(tiny_summary())) == {"wait": [0.06, 0.0], "transfer": [0.24, 0.5]}
+    unmatched = tiny_summary(matched=False)
+    with_calls = Summary(ranks=unmatched.ranks, steps=unmatched.steps, gaps=unmatched.gaps, run=unmatched.run,
+                         collectives=unmatched.collectives.assign(wait_us=[10.0, 20.0, 0, 0, 5], transfer_us=[140.0, 130.0, 250, 250, 5]))
+    assert charts.wait_transfer(with_calls)["wait"].tolist() == [30.0, 0.0]
+    fig = charts.wait_vs_transfer(unmatched)
+    assert not fig.data and "matching" in fig.layout.annotations[0].text
+
+
+def test_gap_histogram_counts_every_gap_by_cause():
+    fig = charts.gap_histogram(tiny_summary())
+    assert sum(sum(t.y) for t in fig.data) == 5
+    assert sorted(t.name for t in fig.data) == ["idle: comm_wait", "idle: data", "idle: host", "idle: other", "idle: sync"]
+    assert fig.layout.xaxis.type == "log"
+    assert [t.name for t in charts.gap_histogram(tiny_summary(causes=False)).data] == ["idle"]
+
+
+def test_idle_by_cause_and_largest_gaps():
+    totals = bar_totals(charts.idle_by_cause(tiny_summary()))
+    assert totals["idle: host"] == [0.1, 0.0] and totals["idle: other"] == [0.0, 0.08]
+    assert bar_totals(charts.idle_by_cause(tiny_summary(causes=False))) == {"idle": [0.25, 0.2]}
+    top = charts.largest_gaps(tiny_summary(), 2)
+    assert top["dur_us"].tolist() == [120.0, 100.0] and top["rank"].tolist() == [1, 0]
+
+
+def test_headline_numbers_by_hand():
+    head = charts.headline(tiny_summary())
+    assert head["step_time_us"] == 510
+    assert head["exposed_comm_pct"] == pytest.approx(500 / 2000 * 100)
+    assert head["overlap_pct"] == pytest.approx(300 / 800 * 100)
+    assert head["idle_pct"] == pytest.approx(450 / 2000 * 100)
+    assert (head["worst_rank"], head["worst_is_straggler"], head["worst_step_time_us"]) == (1, False, 520)
+    named = charts.headline(tiny_summary(stragglers=pd.DataFrame({"rank": [0], "caused_wait_us_per_step": [60.0]})))
+    assert (named["worst_rank"], named["worst_is_straggler"]) == (0, True)
+
+
+def test_compare_bars_draw_the_per_step_times():
+    table = pd.DataFrame({"metric": ["step_time_ms", "throughput_samples_per_s", "idle_ms"], "unit": ["ms/step", "samples/s", "ms/step"],
+                          "a": [10.0, 100.0, 1.0], "b": [20.0, 50.0, 3.0], "ratio": [2.0, 0.5, 3.0]})
+    fig = charts.compare_bars(table, "fp32", "amp")
+    assert [t.name for t in fig.data] == ["fp32", "amp"]
+    assert list(fig.data[0].x) == ["step_time", "idle"] and list(fig.data[1].y) == [20.0, 3.0]
+
+
+# ------------------------------------------------------------------------------------------------- timeline
+
+def lane_rows(rows):
+    return pd.DataFrame(rows, columns=["lane", "kind", "start_us", "dur_us", "name"]).assign(step=1)
+
+
+def test_timeline_hides_nested_events_and_bins_what_is_too_small():
+    events = lane_rows([
+        ("thread 1", "compute", 0, 500, "outer"), ("thread 1", "compute", 10, 100, "nested"),
+        ("stream 7", "compute", 0, 300, "gemm"),
+        *[("stream 7", "compute", 400 + i / 2, 0.1, "tiny") for i in range(5)],  # 5 events in one 2-pixel bin
+        ("stream 20", "comm", 950, 100, "clipped at the window's end"),
+    ])
+    drawn = timeline.bars(events, 0, 1000, width_px=500, bin_px=2)   # 2 us per pixel
+    single = drawn[drawn["n"] == 1].set_index("label")
+    assert "nested (100.0 us)" not in single.index and single.loc["outer (500.0 us)", "dur_us"] == 500
+    assert single.loc["clipped at the window's end (50.0 us)", "dur_us"] == 50
+    binned = drawn[drawn["n"] > 1]
+    assert binned["n"].tolist() == [5] and binned["label"].iloc[0] == "5 compute events, 0.5 us busy"
+
+
+def test_timeline_partial_overlap_keeps_the_uncovered_tail():
+    drawn = timeline.bars(lane_rows([("stream 7", "compute", 0, 100, "a"), ("stream 7", "compute", 50, 100, "b")]), 0, 200, 200)
+    assert drawn.sort_values("start_us")[["start_us", "dur_us"]].values.tolist() == [[0, 100], [100, 50]]
+
+
+def test_timeline_of_200k_events_stays_a_few_thousand_bars():
+    rng = np.random.default_rng(0)
+    n = 200_000
+    starts = np.sort(rng.uniform(0, 1e6, n))
+    events = pd.DataFrame({"lane": rng.choice(["stream 7", "stream 20", "thread 3"], n), "kind": "compute",
+                           "start_us": starts, "dur_us": rng.exponential(2.0, n), "name": "k", "step": 1})
+    drawn = timeline.bars(events, 0, 1e6, width_px=1000, bin_px=2)
+    assert len(drawn) <= 3 * (1000 + 1000 // 2)
+    fig = timeline.figure(drawn, 0, 1e6)
+    assert sum(len(t.x) for t in fig.data) == len(drawn)
+
+
+def test_timeline_lanes_from_a_real_classified_trace(tmp_path):
+    run = write_tiny_run(tmp_path / "tiny")
+    summary = tracekit.summarize(run)
+    _, events, comm_args = read_rank(run / "rank-0.pt.trace.json.gz", default_rank=0)
+    lanes = timeline.lanes(classify(events, comm_args), summary.run["origin_ns"])
+    kinds = lanes.groupby("lane")["kind"].agg(lambda k: sorted(set(k))).to_dict()
+    assert kinds == {"steps": ["step"], "stream 7": ["compute", "memory"], "stream 20": ["comm"]}
+    assert timeline.lane_order(lanes["lane"]) == ["steps", "stream 7", "stream 20"]
+    comm = lanes[lanes["kind"] == "comm"]
+    assert comm["start_us"].tolist() == summary.collectives.loc[summary.collectives["rank"] == 0, "start_us"].tolist()
+    gaps = timeline.gap_lane(summary.gaps[summary.gaps["rank"] == 0])
+    fig = timeline.figure(timeline.bars(pd.concat([lanes, gaps]), 0, 3000), 0, 3000, summary.gaps)
+    assert {t.name for t in fig.data} >= {"step", "compute", "comm", "memory", "idle"} and fig.layout.shapes
+
+
+# --------------------------------------------------------------------------------------------------- report
+
+def test_throughput_from_run_json_shapes():
+    assert throughput({"throughput_samples_per_s": {"unprofiled": 10, "profiled": None}}) == {"unprofiled": 10.0}
+    assert throughput({"samples_per_s": 5}) == {"samples_per_s": 5.0}
+    assert throughput(None) == {} and throughput({"throughput_samples_per_s": "fast"}) == {}
+
+
+def test_report_is_one_self_contained_file():
+    text = html_report(tiny_summary())
+    assert text.count("<script") == 1 + 6  # plotly itself, then one script per chart
+    assert "<script src" not in text and "<link" not in text and "cdn.plot.ly" not in text.split("</head>")[1]
+    assert "tiny &lt;run&gt;" in text and "tiny <run>" not in text  # the run's name is escaped
+    for heading in ("Overview", "Ranks", "Communication", "Idle"):
+        assert f"<h2>{heading}</h2>" in text
+
+
+def test_report_never_overwrites_silently(tmp_path):
+    out = tmp_path / "report.html"
+    out.write_text("mine")
+    with pytest.raises(FileExistsError):
+        write_report(tiny_summary(), out)
+    assert out.read_text() == "mine"
+    write_report(tiny_summary(), out, force=True)
+    assert out.read_text().startswith("<!DOCTYPE html>") and list(tmp_path.iterdir()) == [out]
+
+
+def test_cli_report(tmp_path, capsys):
+    run = write_tiny_run(tmp_path / "tiny")
+    out = tmp_path / "r.html"
+    assert cli(["report", str(run), "-o", str(out)]) == 0
+    first = out.read_text()
+    assert "1,234.50 samples/s" in first  # throughput from run.json
+    assert cli(["report", str(run), "-o", str(out)]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err and out.read_text() == first
+    assert cli(["report", str(run), "-o", str(out), "--force"]) == 0
+    assert cli(["report", str(tmp_path / "missing"), "-o", str(tmp_path / "x.html")]) == 2
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_docstring_examples_run(monkeypatch):
+    if not (SAMPLES / "resnet-gloo-2rank").is_dir():
+        pytest.skip("the examples read sample_traces/resnet-gloo-2rank")
+    monkeypatch.chdir(REPO)
+    for module in (charts, timeline, tracekit.report):
+        result = doctest.testmod(module, raise_on_error=False, verbose=False)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
