@@ -55,3 +55,13 @@ def test_json_and_text_renderings():
         assert data["collectives"][i][col] is None
     text = str(s)
     assert "Per rank" in text and "all_reduce" in text
+
+
+def test_schema_names_every_column():
+    from tracekit import schema
+
+    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank")
+    assert list(s.ranks.columns) == list(schema.RANK_COLUMNS)
+    assert list(s.steps.columns) == list(schema.STEP_COLUMNS)
+    assert list(s.collectives.columns) == list(schema.COLLECTIVE_COLUMNS)
+    assert list(s.gaps.columns) == list(schema.GAP_COLUMNS)

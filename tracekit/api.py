@@ -3,27 +3,39 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 import numpy as np
 import pandas as pd
 
+from tracekit import cache as tracekit_cache
 from tracekit import crossrank, findings, metrics
 from tracekit.config import Config
+from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
 from tracekit.rank import RankResult, analyze_rank
-from tracekit.reader import check_unique_ranks, find_trace_files
+from tracekit.reader import check_unique_ranks, find_trace_files, is_url
 from tracekit.schema import RANK_COLUMNS
 from tracekit.summary import Summary
 
 
-def summarize(trace_dir: str | Path, *, window: str = "drop_last") -> Summary:
+def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int | None = None,
+              engine: str = "local", client=None, cache: bool = True, cache_dir: str | Path | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Summary:
     """Summarize one run: a folder of per-rank traces (``*.json``/``*.json.gz``) or one trace file.
 
     Args:
-      trace_dir: folder or file. Non-trace JSON files in a folder (a workload's ``run.json``) are skipped and
-        listed in ``summary.run["skipped"]``.
+      trace_dir: folder or file, a local path or an fsspec URL (``s3://bucket/run``). Non-trace JSON files in a
+        folder (a workload's ``run.json``) are skipped and listed in ``summary.run["skipped"]``.
       window: the time metrics cover; see ``tracekit.Config``.
+      workers: processes that read ranks in parallel (local engine); default one per core, 1 for none.
+      engine: ``"local"`` (this machine) or ``"dask"`` (the ranks are Dask tasks on the cluster of ``client``).
+      client: for ``engine="dask"``: a ``distributed.Client`` or a scheduler address (``"tcp://host:8786"``).
+      cache: keep per-rank results in a Parquet cache, so a second summary of an unchanged run is fast.
+      cache_dir: the cache folder (default ``~/.cache/tracekit``); nothing is written in the trace folder.
+      progress: called as ``progress(done, total)`` each time a rank is finished.
+    The result is the same whatever the engine, the workers and the cache.
 
     Example:
       >>> s = summarize("sample_traces/resnet-gloo-2rank")
@@ -31,16 +43,19 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last") -> Summary:
       [0, 1]
     """
     config = Config(window=window)
+    options = EngineOptions(kind=engine, workers=workers, client=client, progress=progress,
+                            cache_dir=tracekit_cache.resolve_dir(cache_dir) if cache else None)
     files = find_trace_files(trace_dir)
     default_rank = 0 if len(files) == 1 else None
+    one_file = files == [trace_dir] if is_url(trace_dir) else Path(trace_dir).is_file()
     results, skipped = [], []
-    for file in files:
-        try:
-            results.append(analyze_rank(file, config, default_rank))
-        except NotATraceError as err:
-            if len(files) == 1 and Path(trace_dir).is_file():
-                raise
-            skipped.append((str(file), err.problem))
+    for file, outcome in zip(files, map_ranks(files, config, default_rank, options)):
+        if isinstance(outcome, NotATraceError):
+            if one_file:
+                raise outcome
+            skipped.append((str(file), outcome.problem))
+        else:
+            results.append(outcome)
     if not results:
         raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped))
     return combine(results, skipped, config, source=str(trace_dir), workload_run=read_run_json(trace_dir))
@@ -72,8 +87,11 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     hosts = {r.meta.host_name for r in results}
     shift = crossrank.offsets_to_correct(offsets, same_host=len(hosts) == 1 and None not in hosts)
     steps, collectives, gaps = (_shift(t, shift) for t in (steps, collectives, gaps))
-    collectives = pd.concat([collectives, crossrank.timing(collectives, group, collectives["start_ns"].to_numpy())],
-                            axis=1)
+    start_ns = collectives["start_ns"].to_numpy()
+    mismatches = crossrank.mismatches(collectives, group, _expected_ranks(results),
+                                      crossrank.implausible(collectives, group, start_ns))
+    unreliable = mismatches.loc[mismatches["kind"].isin(crossrank.UNRELIABLE_KINDS), "match_id"]
+    collectives = pd.concat([collectives, crossrank.timing(collectives, group, start_ns, set(unreliable))], axis=1)
     origin_ns = min(r.origin_ns - shift.get(r.meta.rank, 0) for r in results)
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
 
@@ -85,8 +103,20 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     run["workload_run"] = workload_run
     slow = crossrank.stragglers(collectives, window_steps)
     return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
-                   imbalance=crossrank.imbalance(steps), mismatches=crossrank.mismatches(collectives, group),
+                   imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=findings.find(ranks, collectives, slow, run))
+
+
+def _expected_ranks(results: list[RankResult]):
+    """pg -> the ranks read that belong to it: from distributedInfo.pg_config where it lists the group's ranks,
+    else every rank read (the default group, or a group the trace does not describe)."""
+    read = {r.meta.rank for r in results}
+    members: dict[str, set] = {}
+    for r in results:
+        for c in r.meta.pg_config:
+            if isinstance(c, dict) and "pg_name" in c and isinstance(c.get("ranks"), list):
+                members.setdefault(str(c["pg_name"]), set()).update(int(x) for x in c["ranks"])
+    return lambda pg: (members[pg] & read) if pg in members else read
 
 
 def _shift(frame: pd.DataFrame, shift: dict[int, int]) -> pd.DataFrame:
@@ -122,7 +152,7 @@ def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.
     none = table["allreduce_count"] == 0
     table.loc[none, "allreduce_us"] = 0.0
     table.loc[none, "allreduce_bytes"] = 0.0
-    table["last_arrivals"] = table["last_arrivals"].fillna(0).astype(int)
+    table["last_arrivals"] = table["last_arrivals"].astype("Int64")  # missing: no collective matched on another rank
     return table[list(RANK_COLUMNS) + [c for c in table.columns if c not in RANK_COLUMNS]]
 
 
@@ -137,6 +167,7 @@ def _run_facts(results: list[RankResult], skipped, config: Config, source: str, 
         "backend": backends.pop() if len(backends) == 1 else (None if not backends else sorted(backends)),
         "nccl_version": next((m.nccl_version for m in metas if m.nccl_version), None),
         "device_names": sorted({n for m in metas for n in m.device_names if n}),
+        "host_names": sorted({m.host_name for m in metas if m.host_name}),
         "files": [{"rank": m.rank, "path": m.path, "dropped_events": m.dropped_events} for m in metas],
         "skipped": [{"path": p, "reason": r} for p, r in skipped],
         "window": config.window,

@@ -59,14 +59,18 @@ def idle_by_cause(gaps: pd.DataFrame) -> dict[str, float]:
     return {f"idle_{c}_us": float(totals.get(c, 0.0)) for c in CAUSES}
 
 
-def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.DataFrame) -> dict:
-    """Facts the findings need: sync calls inside window steps, DataParallel, reduced-precision compute time."""
+def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.DataFrame | None) -> dict:
+    """Facts the findings need: sync calls inside the window's steps (``None``: the whole trace), DataParallel,
+    reduced-precision compute time."""
     names = events["name"].cat.categories
     sync_names = names[[SYNC_CALL.search(n) is not None for n in names]]
-    sync = events[events["name"].isin(sync_names) & events["step"].isin(steps_in_window["step"])]
+    sync = events[events["name"].isin(sync_names)]
+    if steps_in_window is not None:
+        sync = sync[sync["step"].isin(steps_in_window["step"])]
     sync = sync[sync["cat"] == "cuda_runtime"] if (sync["cat"] == "cuda_runtime").any() else sync.iloc[0:0]
     compute = dev[dev["kind"] == "compute"]
-    reduced = compute["name"].map(lambda n: REDUCED_PRECISION.search(n) is not None) if len(compute) else compute["kind"]
+    names = compute["name"]
+    reduced = names.isin([n for n in pd.unique(names.to_numpy()) if REDUCED_PRECISION.search(str(n)) is not None])
     compute_sets = iv.merge(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
     reduced_sets = iv.merge(compute.loc[reduced.astype(bool), "start_ns"].to_numpy(),
                             compute.loc[reduced.astype(bool), "end_ns"].to_numpy())

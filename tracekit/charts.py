@@ -32,14 +32,20 @@ _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
 
 def headline(summary) -> dict:
     """The run's headline numbers: step time (mean over ranks, us), exposed-comm, overlap and idle % summed over
-    ranks, and the worst rank (the first straggler when the Summary names one, else the slowest step time)."""
+    ranks, and the worst rank: the first straggler when the Summary names one, else the rank most often last to a
+    collective, else the slowest step time."""
     r = summary.ranks
     stepped = r[r["steps"] > 0]
     span, comm = r["span_us"].sum(), r["comm_us"].sum()
     stragglers = getattr(summary, "stragglers", None)
     straggler = stragglers is not None and len(stragglers) > 0
+    last = r["last_arrivals"].fillna(0) if "last_arrivals" in r else pd.Series(0, index=r.index)
     if straggler:
         worst = int(stragglers["rank"].iloc[0])
+    elif last.max() > 0:
+        # No rank is a straggler by the test, but the one most often last is who the others wait for; the slowest
+        # step time would name a rank that only waits.
+        worst = int(r.loc[last.idxmax(), "rank"])
     elif len(stepped) and stepped["step_time_us"].notna().any():
         worst = int(stepped.loc[stepped["step_time_us"].idxmax(), "rank"])
     else:
@@ -53,6 +59,7 @@ def headline(summary) -> dict:
         "idle_pct": _pct(r["idle_us"].sum(), span),
         "worst_rank": worst,
         "worst_is_straggler": straggler,
+        "worst_is_last": not straggler and worst is not None and bool(last.max() > 0),
         "worst_step_time_us": float(worst_row["step_time_us"].iloc[0]) if len(worst_row) else math.nan,
     }
 

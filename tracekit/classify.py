@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.reader import DEVICE_CATEGORIES
+from tracekit.schema import KINDS
 
 COMM_KERNEL = re.compile(r"nccl|rccl|hccl", re.IGNORECASE)
 MEMORY_KERNEL = re.compile(r"^(?:hip)?memcpy|^(?:hip)?memset|^dma", re.IGNORECASE)
@@ -46,7 +47,7 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     launched a device event, -1 if unknown) and ``step`` (every event) added."""
     out = events.copy()
     launch = _launch_of_device_events(out)
-    kind = pd.Series(pd.NA, index=out.index, dtype="object")
+    kind = np.full(len(out), -1, dtype=np.int8)  # codes of KINDS; -1: not a device event
     is_device = out["cat"].isin(DEVICE_CATEGORIES).to_numpy()
     gpu_ranks = set(out.loc[is_device, "rank"].unique().tolist())
     on_gpu = out["rank"].isin(gpu_ranks).to_numpy()
@@ -57,15 +58,15 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     comm |= kernel & _rows_mask(out, comm_args.loc[named, ["rank", "row"]])
     comm |= kernel & launch["in_comm_annotation"].to_numpy()
     memory = is_device & ~comm & (~kernel | _name_matches(out, MEMORY_KERNEL))
-    kind[is_device] = "compute"
-    kind[memory] = "memory"
-    kind[comm] = "comm"
+    kind[is_device] = KINDS.index("compute")
+    kind[memory] = KINDS.index("memory")
+    kind[comm] = KINDS.index("comm")
 
     # CPU-only ranks: training-thread ops are compute, gloo collectives are communication.
     cpu_compute, cpu_comm = _cpu_device_events(out, ~on_gpu)
-    kind[cpu_compute] = "compute"
-    kind[cpu_comm] = "comm"
-    out["kind"] = pd.Categorical(kind, categories=["compute", "comm", "memory"])
+    kind[cpu_compute] = KINDS.index("compute")
+    kind[cpu_comm] = KINDS.index("comm")
+    out["kind"] = pd.Categorical.from_codes(kind, categories=list(KINDS))
 
     out["launch_ns"] = launch["launch_ts_ns"].to_numpy()
     when = np.where(out["launch_ns"].to_numpy() >= 0, out["launch_ns"].to_numpy(), out["ts_ns"].to_numpy())
@@ -130,20 +131,40 @@ def _inside_span(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
 
 
 def _cpu_device_events(events: pd.DataFrame, on_cpu_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if not on_cpu_rank.any():
+        return on_cpu_rank, on_cpu_rank
     names = events["name"].cat.categories
     comm_names = names[names.str.match(r"^gloo:")]
     comm = on_cpu_rank & events["name"].isin(comm_names).to_numpy() & (events["dur_ns"] >= 0).to_numpy()
     step_names = names[names.str.match(STEP_NAME.pattern)]
-    key = events["rank"].astype(str) + "/" + events["pid"].astype(str) + "/" + events["tid"].astype(str)
-    stepped = set(key[on_cpu_rank & events["name"].isin(step_names).to_numpy()])
-    comm_threads = set(key[comm])
+    key = _thread_key(events)
+    stepped = key[on_cpu_rank & events["name"].isin(step_names).to_numpy()]
+    comm_threads = key[comm]
     # The training thread holds the ProfilerStep annotations; without them, every non-gloo thread with ops.
-    training = key.isin(stepped).to_numpy() | (
-        ~events["rank"].isin(events.loc[events["name"].isin(step_names), "rank"]).to_numpy() & ~key.isin(comm_threads).to_numpy()
+    training = np.isin(key, stepped) | (
+        ~events["rank"].isin(events.loc[events["name"].isin(step_names), "rank"]).to_numpy()
+        & ~np.isin(key, comm_threads)
     )
     host_comm = events["name"].isin(names[names.str.match(_COMM_HOST_OP.pattern)]).to_numpy()
     compute = on_cpu_rank & training & (events["cat"] == "cpu_op").to_numpy() & ~host_comm & (events["dur_ns"] >= 0).to_numpy()
     return compute, comm
+
+
+def _thread_key(events: pd.DataFrame) -> np.ndarray:
+    """One integer per row, equal exactly when rank, pid and tid are all equal as text."""
+    codes = [_text_codes(events[col]) + 1 for col in ("rank", "pid", "tid")]
+    sizes = [int(c.max()) + 1 if len(c) else 1 for c in codes]
+    return (codes[0] * sizes[1] + codes[1]) * sizes[2] + codes[2]
+
+
+def _text_codes(col: pd.Series) -> np.ndarray:
+    """Codes (int64, from 0; -1 for NaN) equal exactly when the values are equal as text."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        of_category = pd.factorize(col.cat.categories.astype(str))[0].astype(np.int64)
+        return np.append(of_category, -1)[col.cat.codes.to_numpy()]
+    if pd.api.types.is_integer_dtype(col.dtype):
+        return pd.factorize(col)[0].astype(np.int64)
+    return pd.factorize(col.astype(str))[0].astype(np.int64)
 
 
 def _name_matches(events: pd.DataFrame, pattern: re.Pattern) -> np.ndarray:

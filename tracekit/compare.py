@@ -1,6 +1,7 @@
 """Two runs side by side (a DataParallel run against DDP, fp32 against AMP, ``--accum 1`` against ``--accum 2``).
 
-Times are per step and averaged over ranks, so runs with different step counts compare fairly.
+Times are per optimizer step, averaged over ranks: busy times are window totals divided by the steps; idle is the
+step time not busy, split by the rank's idle causes. So runs with different step counts compare fairly.
 ``ratio`` is b / a: below 1 means run b spends less (or, for throughput and bandwidth, reaches less).
 """
 
@@ -78,8 +79,21 @@ def _metrics(s: Summary) -> list[tuple[str, float]]:
     out = [("step_time_ms", float(r["step_time_us"].mean()) / 1e3)]
     workload = s.run.get("workload_run") or {}
     out.append(("throughput_samples_per_s", _throughput(workload)))
+    # Busy times are whole inside the window, so total / steps is their time per step. Idle per step is the rest of
+    # the step (step time - busy per step); the rank's idle-by-cause split is applied to it, because gaps are only
+    # counted inside the device span and the span misses the window's edges, whatever the number of steps.
+    busy_per_step = r["busy_us"] / steps
+    idle_per_step = (r["step_time_us"] - busy_per_step).clip(lower=0)
     for name, column in _PER_STEP:
-        out.append((name, float((r[column] / steps).mean()) / 1e3 if column in r else math.nan))
+        if column not in r:
+            per_step = pd.Series(math.nan, index=r.index)
+        elif column == "idle_us":
+            per_step = idle_per_step
+        elif column.startswith("idle_"):
+            per_step = r[column] / r["idle_us"].where(r["idle_us"] > 0) * idle_per_step
+        else:
+            per_step = r[column] / steps
+        out.append((name, float(per_step.mean()) / 1e3))
     calls = s.collectives[s.collectives["in_window"].astype(bool)]
     n_steps = float(steps.mean()) if steps.notna().any() else math.nan
     n_ranks = max(int(r["rank"].nunique()), 1)

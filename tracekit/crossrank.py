@@ -21,36 +21,52 @@ _NOISE_FACTOR = 3.0
 
 
 def match_keys(coll: pd.DataFrame) -> np.ndarray:
-    """A group id per collective row: rows with the same id are one collective seen on different ranks."""
+    """A group id per collective row: rows with the same id are one collective seen on different ranks.
+
+    With ``Seq``: (pg, Seq). Without: (pg, op, step, size, order of start among calls of that size). The size is
+    part of the key because gloo runs two collectives at once on its threads, so start order alone can pair a
+    small broadcast on one rank with a large one on another."""
     pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
     has_seq = coll["seq"].notna().to_numpy()
-    order = coll.groupby([coll["rank"], pg, coll["op"].astype(str), coll["step"]], sort=False).cumcount().to_numpy()
+    size = coll["bytes"].fillna(-1).to_numpy()
+    order = coll.groupby([coll["rank"], pg, coll["op"].astype(str), coll["step"], size], sort=False).cumcount()
     keys = pd.DataFrame({
         "pg": pg.to_numpy(),
         "by": np.where(has_seq, "seq", coll["op"].astype(str).to_numpy()),
         "a": np.where(has_seq, coll["seq"].fillna(-1).to_numpy(), coll["step"].to_numpy()).astype(np.int64),
-        "b": np.where(has_seq, 0, order).astype(np.int64),
+        "size": np.where(has_seq, 0, size),
+        "b": np.where(has_seq, 0, order.to_numpy()).astype(np.int64),
     })
-    return keys.groupby(["pg", "by", "a", "b"], sort=False).ngroup().to_numpy()
+    return keys.groupby(["pg", "by", "a", "size", "b"], sort=False).ngroup().to_numpy()
 
 
-def timing(coll: pd.DataFrame, group: np.ndarray, start_ns: np.ndarray) -> pd.DataFrame:
-    """wait_us, transfer_us and last_arrival per row; NaN where the collective was seen on one rank only."""
+def timing(coll: pd.DataFrame, group: np.ndarray, start_ns: np.ndarray, unreliable=()) -> pd.DataFrame:
+    """wait_us, transfer_us and last_arrival per row. NaN where the collective was seen on one rank only, or its
+    match is unreliable (listed in ``mismatches``). The last arrival is the rank that started strictly last."""
     end_ns = start_ns + np.rint(coll["dur_us"].to_numpy() * 1e3).astype(np.int64)
     frame = pd.DataFrame({"g": group, "start": start_ns, "rank": coll["rank"].to_numpy()})
-    latest = frame.groupby("g")["start"].transform("max").to_numpy()
+    by_group = frame.groupby("g")["start"]
+    latest = by_group.transform("max").to_numpy()
     members = frame.groupby("g")["rank"].transform("nunique").to_numpy()
-    matched = members >= 2
-    last_row = frame.sort_values(["g", "start", "rank"]).groupby("g").tail(1).index
-    last = np.zeros(len(frame), dtype=bool)
-    last[last_row] = True
+    matched = (members >= 2) & ~np.isin(group, list(unreliable))
+    at_latest = frame.assign(at=start_ns == latest).groupby("g")["at"].transform("sum").to_numpy()
+    last = (start_ns == latest) & (at_latest == 1) & matched  # a tie has no last arrival
     return pd.DataFrame({
         "match_id": group,
         "matched_ranks": members,
+        "matched": matched,
         "wait_us": np.where(matched, (latest - start_ns) / 1e3, np.nan),
         "transfer_us": np.where(matched, np.maximum(end_ns - latest, 0) / 1e3, np.nan),
-        "last_arrival": last & matched,
+        "last_arrival": last,
     }, index=coll.index)
+
+
+def implausible(coll: pd.DataFrame, group: np.ndarray, start_ns: np.ndarray) -> set:
+    """Matched groups where some rank would have waited longer than its call lasted: a wrong match, not a wait."""
+    frame = pd.DataFrame({"g": group, "start": start_ns, "dur_ns": coll["dur_us"].to_numpy() * 1e3})
+    wait = frame.groupby("g")["start"].transform("max") - frame["start"]
+    slack = np.maximum(0.05 * frame["dur_ns"], 5_000)  # clock noise on one host
+    return set(frame.loc[(wait > frame["dur_ns"] + slack).to_numpy(), "g"].tolist())
 
 
 def clock_offsets(coll: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
@@ -88,34 +104,48 @@ def offsets_to_correct(offsets: pd.DataFrame, same_host: bool) -> dict[int, int]
     return {int(r): int(round(o * 1e3)) for r, o in zip(offsets.loc[big, "rank"], offsets.loc[big, "offset_us"])}
 
 
-def mismatches(coll: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
-    """Collectives that do not line up across ranks: missing on some ranks, different sizes, or a different op order."""
+def mismatches(coll: pd.DataFrame, group: np.ndarray, expected_ranks, bad_timing=()) -> pd.DataFrame:
+    """Collectives that do not line up across ranks: missing on some ranks, different sizes or ops at one position,
+    a different op order, or a match whose timing is impossible. ``expected_ranks(pg)`` gives the ranks read that
+    belong to a process group."""
+    columns = ["kind", "pg", "op", "position", "ranks", "detail", "match_id"]
     if coll.empty:
-        return pd.DataFrame(columns=["kind", "pg", "op", "position", "ranks", "detail"])
+        return pd.DataFrame(columns=columns)
     pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
     frame = coll.assign(g=group, pg_key=pg)
-    expected = frame.groupby("pg_key")["rank"].agg(lambda r: frozenset(r.unique()))
     by_group = frame.groupby("g", sort=False)
     present = by_group["rank"].nunique()
-    wanted = by_group["pg_key"].first().map(expected.map(len))
-    odd = set(present.index[present < wanted]) | set(by_group["bytes"].nunique().pipe(lambda n: n.index[n > 1]))
+    wanted = by_group["pg_key"].first().map(lambda key: len(expected_ranks(key)))
+    odd = set(present.index[present < wanted]) | set(bad_timing)
+    odd |= set(by_group["bytes"].nunique().pipe(lambda n: n.index[n > 1]))
     odd |= set(by_group["op"].nunique().pipe(lambda n: n.index[n > 1]))
     rows = []
     for g in sorted(odd):
         calls = frame[frame["g"] == g]
         key, op, where = calls["pg_key"].iloc[0], "/".join(sorted(set(calls["op"].astype(str)))), _position(calls.iloc[0])
-        missing = sorted(expected[key] - set(calls["rank"]))
+        missing = sorted(set(expected_ranks(key)) - set(calls["rank"]))
+        ranks = sorted(calls["rank"].tolist())
         if missing:
             rows.append({"kind": "missing", "pg": key, "op": op, "position": where, "ranks": missing,
-                         "detail": f"present on ranks {sorted(calls['rank'].unique().tolist())} only"})
+                         "detail": f"{_size(calls)} present on ranks {sorted(set(ranks))} only", "match_id": g})
         if calls["bytes"].nunique() > 1:
-            rows.append({"kind": "size", "pg": key, "op": op, "position": where, "ranks": sorted(calls["rank"].tolist()),
-                         "detail": ", ".join(f"rank {r}: {b:.0f} B" for r, b in zip(calls["rank"], calls["bytes"]))})
+            rows.append({"kind": "size", "pg": key, "op": op, "position": where, "ranks": ranks,
+                         "detail": ", ".join(f"rank {r}: {b:.0f} B" for r, b in zip(calls["rank"], calls["bytes"])),
+                         "match_id": g})
         if calls["op"].astype(str).nunique() > 1:
-            rows.append({"kind": "op", "pg": key, "op": op, "position": where, "ranks": sorted(calls["rank"].tolist()),
-                         "detail": "different ops at one Seq"})
-    rows += _order_mismatches(frame)
-    return pd.DataFrame(rows, columns=["kind", "pg", "op", "position", "ranks", "detail"])
+            rows.append({"kind": "op", "pg": key, "op": op, "position": where, "ranks": ranks,
+                         "detail": "different ops at one Seq", "match_id": g})
+        if g in bad_timing:
+            rows.append({"kind": "timing", "pg": key, "op": op, "position": where, "ranks": ranks,
+                         "detail": "a rank would have waited longer than its call lasted: matched wrongly, waits not counted",
+                         "match_id": g})
+    rows += _order_mismatches(frame) + _size_mismatches(frame[frame["seq"].isna()])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _size(calls: pd.DataFrame) -> str:
+    size = calls["bytes"].iloc[0]
+    return "a call of unknown size" if pd.isna(size) else f"a {size:.0f} B call"
 
 
 def _position(call: pd.Series) -> str:
@@ -124,11 +154,25 @@ def _position(call: pd.Series) -> str:
     return f"step {int(call['step'])}" if call["step"] >= 0 else "outside steps"
 
 
+def _size_mismatches(frame: pd.DataFrame) -> list[dict]:
+    """Without Seq, sizes are part of the match; so compare each step's sizes per op across ranks here."""
+    rows = []
+    for (pg, op, step), calls in frame.groupby(["pg_key", "op", "step"], sort=True, observed=True):
+        sizes = {r: tuple(c.sort_values("start_ns")["bytes"].fillna(-1)) for r, c in calls.groupby("rank")}
+        if len({tuple(sorted(v)) for v in sizes.values()}) <= 1:
+            continue
+        detail = "; ".join(f"rank {r}: " + ", ".join("?" if b < 0 else f"{b:.0f}" for b in v) + " B"
+                           for r, v in sorted(sizes.items()))
+        rows.append({"kind": "size", "pg": pg, "op": str(op), "position": f"step {step}" if step >= 0 else "outside steps",
+                     "ranks": sorted(sizes), "detail": detail, "match_id": -1})
+    return rows
+
+
 def _order_mismatches(frame: pd.DataFrame) -> list[dict]:
     """Per process group and step: the first position where ranks issue different ops."""
     rows = []
     for (pg, step), calls in frame.groupby(["pg_key", "step"], sort=True):
-        sequences = {r: tuple(c.sort_values("start_us")["op"].astype(str)) for r, c in calls.groupby("rank")}
+        sequences = {r: tuple(c.sort_values("start_ns")["op"].astype(str)) for r, c in calls.groupby("rank")}
         if len(set(sequences.values())) <= 1:
             continue
         ref_rank = min(sequences)
@@ -138,14 +182,18 @@ def _order_mismatches(frame: pd.DataFrame) -> list[dict]:
             if at is not None:
                 rows.append({"kind": "order", "pg": pg, "op": f"{ops[at]} vs {ref[at]}",
                              "position": f"step {step} call {at}", "ranks": [ref_rank, rank],
-                             "detail": f"rank {rank} issues {ops[at]} where rank {ref_rank} issues {ref[at]}"})
+                             "detail": f"rank {rank} issues {ops[at]} where rank {ref_rank} issues {ref[at]}",
+                             "match_id": -1})
     return rows
+
+
+UNRELIABLE_KINDS = ("size", "op", "timing")
 
 
 def rank_waits(coll: pd.DataFrame) -> pd.DataFrame:
     """Per rank, over collectives in the window: wall-clock time spent waiting for other ranks and transferring
     (unions, so collectives in flight at once on several threads or streams count once), and how often it arrived last."""
-    calls = coll[coll["in_window"].astype(bool) & (coll["matched_ranks"] >= 2)]
+    calls = coll[coll["in_window"].astype(bool) & coll["matched"]]
     rows = []
     for rank, mine in calls.groupby("rank"):
         start, wait = mine["start_us"].to_numpy(), mine["wait_us"].to_numpy()
@@ -165,7 +213,7 @@ def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = 0.01) ->
     """Ranks that arrive last far more often than chance, and the waiting they cause: per step, the mean over the
     other ranks of their wall-clock wait in the collectives this rank was last to."""
     columns = ["rank", "matched", "last_arrivals", "last_share", "expected_share", "p_value", "caused_wait_us_per_step"]
-    calls = coll[coll["in_window"].astype(bool) & (coll["matched_ranks"] >= 2)]
+    calls = coll[coll["in_window"].astype(bool) & coll["matched"]]
     if calls.empty:
         return pd.DataFrame(columns=columns)
     last_of = calls[calls["last_arrival"]].set_index("match_id")["rank"]
@@ -183,7 +231,11 @@ def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = 0.01) ->
                      "expected_share": expected / n, "p_value": _binomial_tail(n, k, expected / n),
                      "caused_wait_us_per_step": caused / max(steps_in_window, 1)})
     table = pd.DataFrame(rows, columns=columns)
-    flagged = (table["p_value"] < alpha) & (table["last_share"] >= 2 * table["expected_share"]) & (table["matched"] >= 5)
+    unlikely = (table["p_value"] < alpha) & (table["last_share"] >= 2 * table["expected_share"]) & (table["matched"] >= 5)
+    # Few collectives (one bucket, two steps) cannot pass a test; last at every one of them, with real waiting
+    # caused, is evidence enough.
+    always = (table["last_arrivals"] == table["matched"]) & (table["matched"] >= 2) & (table["expected_share"] < 1)
+    flagged = (unlikely | always) & (table["caused_wait_us_per_step"] > 0)
     return table[flagged].sort_values("caused_wait_us_per_step", ascending=False, ignore_index=True)
 
 

@@ -128,7 +128,7 @@ def _idle_finding(ranks, column, thresholds, kind, message, recommendation):
 
 def _syncs(ranks, collectives, stragglers, run):
     share = _share(ranks, "idle_sync_us")
-    hit = ranks[(ranks["sync_calls"] > 0) & (share >= SYNC_IDLE_SHARE)]
+    hit = ranks[(ranks["sync_calls"].fillna(0) > 0) & (share >= SYNC_IDLE_SHARE)]
     if hit.empty:
         return []
     per_step = float((hit["sync_calls"] / hit["steps"].clip(lower=1)).max())
@@ -142,7 +142,7 @@ def _syncs(ranks, collectives, stragglers, run):
 
 
 def _data_parallel(ranks, collectives, stragglers, run):
-    hit = ranks[ranks["data_parallel"].astype(bool)]
+    hit = ranks[ranks["data_parallel"].fillna(False).astype(bool)]
     if hit.empty:
         return []
     return [Finding(
@@ -163,10 +163,11 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
         return []
     return [Finding(
         "no_reduced_precision", "medium", tuple(int(r) for r in hit["rank"]),
-        f"Only {float(share.max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with tensor cores.",
+        f"Only {float(share[hit.index].max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with tensor "
+        f"cores (ranks {_list(hit['rank'])}).",
         "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss "
         "(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on tensor cores.",
-        {"share": float(1 - share.min()), "reduced_precision_share": float(share.max())})]
+        {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
 
 
 def _low_busbw(ranks, collectives, stragglers, run):
@@ -175,8 +176,10 @@ def _low_busbw(ranks, collectives, stragglers, run):
                         & (collectives["bytes"] >= LARGE_MESSAGE_BYTES)]
     gpu_names = [n for n in run.get("device_names", [])]
     link = next((bw for key, bw in LINK_GBPS.items() for n in gpu_names if key in n), None)
-    if calls.empty or link is None or not isinstance(world, int) or world > 8:
-        return []  # no known link to compare with (CPU, unknown GPU, or across nodes)
+    pcie = any("pcie" in n.lower() for n in gpu_names)
+    one_host = len(set(run.get("host_names", []))) <= 1
+    if calls.empty or link is None or pcie or not one_host or not isinstance(world, int) or world > 8:
+        return []  # no known NVLink to compare with (CPU, unknown or PCIe GPU, or across nodes)
     # Bandwidth over the transfer only, when the collective was matched, so waiting for late ranks is not counted.
     seconds = calls["transfer_us"].where(calls["transfer_us"] > 0, calls["dur_us"]).fillna(calls["dur_us"])
     n = calls["group_size"]

@@ -61,8 +61,12 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
 
     gaps = metrics.gap_table(dev)
     gaps["cause"] = causes.gap_causes(gaps, dev, events, on_gpu)
+    # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
     breakdown = metrics.rank_breakdown(dev)
-    extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, kept),
+    if breakdown.empty:
+        breakdown = breakdown.reindex([0]).assign(rank=meta.rank)
+    whole = config.window == "trace" or steps.empty
+    extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, None if whole else kept),
               "compute_major": float("nan") if meta.compute_major is None else float(meta.compute_major)}
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
@@ -76,9 +80,10 @@ def _in_window(step: pd.Series, steps: pd.DataFrame, kept: pd.DataFrame, config:
 
 
 def _pg_sizes(meta: RankMeta) -> dict:
-    """(rank, pg name) -> size from distributedInfo.pg_config; (rank, None) -> size when there is just one group."""
+    """(rank, pg name) -> size from distributedInfo.pg_config; (rank, None) -> the size to assume for a call that
+    names no group, known only when every group listed has the same size."""
     configs = [c for c in meta.pg_config if isinstance(c, dict) and "pg_size" in c]
     sizes = {(meta.rank, str(c["pg_name"])): float(c["pg_size"]) for c in configs if "pg_name" in c}
-    if len(configs) == 1:
+    if configs and len({float(c["pg_size"]) for c in configs}) == 1:
         sizes[(meta.rank, None)] = float(configs[0]["pg_size"])
     return sizes

@@ -21,7 +21,7 @@ def text_report(summary: Summary) -> str:
     for skipped in run.get("skipped", []):
         lines.append(f"  skipped {skipped['path']}: {skipped['reason']}")
     lines += ["", "Per rank (ms; % of span)", _rank_lines(summary.ranks), ""]
-    lines += ["Collectives in the window, per op", _op_lines(summary.collectives), ""]
+    lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
     findings = getattr(summary, "findings", None)
     if findings:
         lines.append("Findings (most severe first)")

@@ -57,17 +57,71 @@ COMM_ARG_COLUMNS = {
     "group_size": ("float64", "ranks in the process group (NaN when unknown)"),
 }
 
-RANK_COLUMNS = (
-    "rank", "device", "steps", "step_time_us", "span_us", "busy_us", "compute_us", "comm_us", "overlap_us",
-    "exposed_comm_us", "memory_us", "idle_us", "overlap_pct", "idle_pct", "allreduce_count", "allreduce_us",
-    "allreduce_bytes",
-)
+# The Summary's tables. The first columns of each are the contract; every column is listed with its meaning.
+RANK_COLUMNS = {
+    "rank": "rank",
+    "device": "device name from deviceProperties, 'gpu' when unnamed, 'cpu' on CPU-only ranks",
+    "steps": "ProfilerSteps in the window",
+    "step_time_us": "mean step time in the window (steps tile the timeline: start to next start)",
+    "span_us": "last device end - first device start in the window",
+    "busy_us": "union of all device events",
+    "compute_us": "union of compute events",
+    "comm_us": "union of communication events",
+    "overlap_us": "communication under compute: |comm ∩ compute|",
+    "exposed_comm_us": "comm_us - overlap_us",
+    "memory_us": "union of memcpy/memset events (0 on CPU ranks: no separate copy engine)",
+    "idle_us": "span_us - busy_us",
+    "overlap_pct": "overlap_us / comm_us * 100; NaN without communication",
+    "idle_pct": "idle_us / span_us * 100",
+    "allreduce_count": "all_reduce calls in the window",
+    "allreduce_us": "sum of all_reduce call durations (concurrent calls each count)",
+    "allreduce_bytes": "sum of all_reduce sizes; NaN when any size is unknown",
+    "idle_sync_us": "idle time whose cause is a host synchronization",
+    "idle_data_us": "idle time while a DataLoader __next__ ran",
+    "idle_comm_wait_us": "idle time waiting on a collective",
+    "idle_host_us": "idle time while the host was late to launch",
+    "idle_other_us": "idle time with none of those causes",
+    "sync_calls": "synchronizing runtime calls inside the window's steps",
+    "data_parallel": "DataParallel.forward seen in the trace",
+    "reduced_precision_us": "union of compute kernels whose names say fp16/bf16/fp8",
+    "compute_kernel_us": "union of compute events (the denominator for reduced_precision_us)",
+    "compute_major": "CUDA compute capability major of the GPUs (NaN when not in the trace)",
+    "comm_wait_us": "wall-clock time in matched collectives before the last rank arrived (union)",
+    "comm_transfer_us": "wall-clock time in matched collectives after the last rank arrived (union)",
+    "last_arrivals": "matched collectives this rank started strictly last; missing when none matched",
+}
 
-STEP_COLUMNS = ("rank", "step", "step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
+STEP_COLUMNS = {
+    "rank": "rank",
+    "step": "ProfilerStep number",
+    "start_us": "step start, from the run's origin",
+    "step_us": "to the next step's start (the last step: its annotation's end)",
+    "compute_us": "computation not overlapped by communication (the plugin's 'Computation')",
+    "overlap_us": "computation and communication at once",
+    "exposed_comm_us": "communication not overlapped (the plugin's 'Communication')",
+    "other_us": "step_us - compute - comm + overlap",
+    "comm_us": "all communication in the step",
+    "in_window": "whether the step is in the metrics' window",
+}
 
-COLLECTIVE_COLUMNS = (
-    "rank", "step", "op", "pg", "seq", "start_us", "dur_us", "bytes", "dtype", "group_size",
-    "algbw_gbps", "busbw_gbps", "name",
-)
+COLLECTIVE_COLUMNS = {
+    "rank": "rank", "step": "step of its launch (-1 outside steps)",
+    "op": "all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, send, recv, barrier or other",
+    "pg": "process group name or id; None when the trace does not say", "seq": "Seq in its group (NaN if absent)",
+    "start_us": "device start, from the run's origin", "dur_us": "duration",
+    "bytes": "payload per nccl-tests (NaN if unknown)", "dtype": "element type as written in the trace",
+    "group_size": "ranks in the group (NaN if unknown)", "algbw_gbps": "bytes / dur, GB/s",
+    "busbw_gbps": "algbw x the op's nccl-tests factor", "name": "kernel or annotation name",
+    "in_window": "whether its step is in the window",
+    "match_id": "rows with the same id are one collective on different ranks",
+    "matched_ranks": "ranks this collective was seen on",
+    "matched": "seen on 2+ ranks and not listed as unreliable in mismatches",
+    "wait_us": "latest start among ranks - own start (NaN unless matched)",
+    "transfer_us": "own end - latest start, never negative (NaN unless matched)",
+    "last_arrival": "this rank started strictly last",
+}
 
-GAP_COLUMNS = ("rank", "step", "start_us", "dur_us")
+GAP_COLUMNS = {
+    "rank": "rank", "start_us": "gap start, from the run's origin", "dur_us": "gap length",
+    "cause": "sync, data, comm_wait, host or other (see tracekit.causes)",
+}

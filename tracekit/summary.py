@@ -37,6 +37,16 @@ class Summary:
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
     findings: tuple = ()
 
+    def clock_shift_ns(self, rank: int) -> int:
+        """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
+
+        With ``run["origin_ns"]``: a raw event time ``ts_ns`` is at ``(ts_ns - shift - origin_ns) / 1e3`` us in the tables.
+        """
+        for o in self.run.get("clock_offsets", []):
+            if o.get("rank") == rank and o.get("corrected"):
+                return int(round(o["offset_us"] * 1e3))
+        return 0
+
     def step_times(self) -> pd.DataFrame:
         """Rank x step table of step times (us)."""
         return self.steps.pivot(index="rank", columns="step", values="step_us")

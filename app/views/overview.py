@@ -23,7 +23,8 @@ cards += [
     ("Idle", fmt.pct(head["idle_pct"]), "device idle, share of the span"),
 ]
 if head["worst_rank"] is not None:
-    label = "Straggler" if head["worst_is_straggler"] else "Slowest rank"
+    label = ("Straggler" if head["worst_is_straggler"] else
+             "Most often last" if head.get("worst_is_last") else "Slowest rank")
     cards.append((label, f"rank {head['worst_rank']}", f"step time {fmt.ms(head['worst_step_time_us'])}"))
 for row in range(0, len(cards), 4):
     for column, (label, value, help_) in zip(st.columns(4), cards[row:row + 4]):

@@ -1,0 +1,252 @@
+"""Speed and scale of tracekit against HolisticTraceAnalysis, on rank sets made from a real trace.
+
+Every measured run is a fresh Python process (imports excluded from its wall time); tracekit and HTA alternate so
+neither gets a warmer machine. Memory is the peak, over the run, of the summed PSS (proportional set size) of the
+process and all its children, sampled every 20 ms from /proc/PID/smaps_rollup: worker pools count in full, shared
+pages once. Sampling costs CPU (more for a tool with more processes), so wall times come from separate, unsampled runs.
+
+    .venv/bin/python benchmarks/scale.py                    # every scenario below
+    .venv/bin/python benchmarks/scale.py --only ranks8 cache --repeat 5
+
+Scenarios:
+  ranks8  8 ranks of ~54 MB of JSON each: tracekit (no cache, one worker per core) vs HTA's TraceAnalysis load +
+          get_temporal_breakdown + get_comm_comp_overlap + get_idle_time_breakdown; and the decode floor: gunzip +
+          typed msgspec decode of the same files (tracekit's own decoder), nothing else, with the same worker pool.
+  cache   the same set summarized twice with an empty cache folder: the second run reads the Parquet cache.
+  ranks64 64 such ranks: peak memory against the 8-rank run's.
+  large   one plain-JSON trace of ~1 GB (one rank, so one process): peak memory against the JSON size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tracesets import write_large, write_rank_set  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "ns_resolution_1rank"
+
+TRACEKIT = """
+import json, sys, time
+import tracekit
+args = json.loads(sys.argv[1])
+t = time.perf_counter()
+tracekit.summarize(args["dir"], **args["kwargs"])
+print(json.dumps({"wall_s": time.perf_counter() - t}))
+"""
+
+HTA = """
+import json, logging, sys, time, warnings
+warnings.filterwarnings("ignore")
+from hta.trace_analysis import TraceAnalysis
+logging.getLogger("hta").setLevel(logging.ERROR)
+args = json.loads(sys.argv[1])
+t = time.perf_counter()
+analysis = TraceAnalysis(trace_dir=args["dir"])
+analysis.get_temporal_breakdown(visualize=False)
+analysis.get_comm_comp_overlap(visualize=False)
+analysis.get_idle_time_breakdown(visualize=False)
+print(json.dumps({"wall_s": time.perf_counter() - t}))
+"""
+
+FLOOR = """
+import json, sys, time
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+from pathlib import Path
+from tracekit import reader
+from tracekit.engine import default_workers
+
+def decode(path):
+    t = time.process_time()
+    data = reader._load_bytes(Path(path))   # gunzip (Arrow's inflate)
+    reader._FAST.decode(data)               # typed msgspec decode of the fields tracekit uses
+    return time.process_time() - t
+
+args = json.loads(sys.argv[1])
+files = sorted(str(p) for p in Path(args["dir"]).glob("*.json*"))
+t = time.perf_counter()
+with ProcessPoolExecutor(min(default_workers(), len(files)), mp_context=multiprocessing.get_context("fork")) as pool:
+    cpu = sum(pool.map(decode, files))
+print(json.dumps({"wall_s": time.perf_counter() - t, "cpu_s": cpu}))
+"""
+
+
+def measure(code: str, args: dict, memory: bool = False) -> dict:
+    """Run ``code`` in a fresh interpreter: its printed JSON, plus (``memory``) the peak summed PSS of its tree."""
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], sum(_pss(pid) for pid in _tree(proc.pid)))
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    if memory:
+        sampler.start()
+    out, err = proc.communicate()
+    stop.set()
+    if memory:
+        sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark process failed:\n{err[-3000:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result["peak_mb"] = peak[0] / 1e6
+    return result
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc/PID/task/*/children (no scan of every process)."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+def _pss(pid: int) -> int:
+    """Bytes of proportional set size, from the kernel's one-line summary (cheap to read, unlike smaps)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def json_mb(folder: Path) -> float:
+    import gzip
+
+    total = 0
+    for p in folder.glob("*.json*"):
+        with open(p, "rb") as f:
+            head = f.read(2)
+        if head == b"\x1f\x8b":
+            with gzip.open(p, "rb") as f:
+                while chunk := f.read(1 << 24):
+                    total += len(chunk)
+        else:
+            total += p.stat().st_size
+    return total / 1e6
+
+
+def ranks8(work: Path, repeat: int, mb: float, with_hta: bool) -> dict:
+    folder = work / f"ranks8-{mb:g}mb"
+    write_rank_set(SOURCE, folder, 8, mb)
+    print(f"\n== 8 ranks: {folder} ({json_mb(folder):.0f} MB of JSON in all), {repeat} alternating runs, medians")
+    ours, theirs, floor, ours_mem, theirs_mem = [], [], [], [], []
+    tk_args, hta_args = {"dir": str(folder), "kwargs": {"cache": False}}, {"dir": str(folder)}
+    for i in range(repeat):
+        ours.append(measure(TRACEKIT, tk_args))
+        if with_hta:
+            theirs.append(measure(HTA, hta_args))
+        floor.append(measure(FLOOR, {"dir": str(folder)}))
+        print(f"  time run {i + 1}: tracekit {ours[-1]['wall_s']:.2f} s"
+              + (f" | HTA {theirs[-1]['wall_s']:.2f} s" if with_hta else "") + f" | floor {floor[-1]['wall_s']:.2f} s")
+    for i in range(max(1, repeat // 2)):
+        ours_mem.append(measure(TRACEKIT, tk_args, memory=True))
+        if with_hta:
+            theirs_mem.append(measure(HTA, hta_args, memory=True))
+        print(f"  memory run {i + 1}: tracekit {ours_mem[-1]['peak_mb']:.0f} MB"
+              + (f" | HTA {theirs_mem[-1]['peak_mb']:.0f} MB" if with_hta else ""))
+    t_ours, m_ours = median(ours, "wall_s"), median(ours_mem, "peak_mb")
+    t_floor, cpu_floor = median(floor, "wall_s"), median(floor, "cpu_s")
+    print(f"  tracekit summarize      : {t_ours:7.2f} s wall   peak {m_ours:6.0f} MB")
+    if with_hta:
+        t_hta, m_hta = median(theirs, "wall_s"), median(theirs_mem, "peak_mb")
+        print(f"  HTA load + 3 analyses   : {t_hta:7.2f} s wall   peak {m_hta:6.0f} MB")
+        print(f"  HTA / tracekit          : {t_hta / t_ours:7.1f}x faster, {m_ours / m_hta:.2f} of HTA's peak memory")
+    print(f"  decode floor            : {t_floor:7.2f} s wall "
+          f"({cpu_floor:.2f} s CPU: gunzip + typed decode, same pool)")
+    print(f"  tracekit / floor        : {t_ours / t_floor:7.2f}x")
+    return {"wall_s": t_ours, "peak_mb": m_ours}
+
+
+def cache_speedup(work: Path, repeat: int, mb: float) -> None:
+    folder = work / f"ranks8-{mb:g}mb"
+    write_rank_set(SOURCE, folder, 8, mb)
+    print(f"\n== cache: {folder} summarized twice with an empty cache folder, {repeat} times, medians")
+    cold, warm = [], []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="tracekit-cache-") as store:
+            cold.append(measure(TRACEKIT, {"dir": str(folder), "kwargs": {"cache_dir": store}}))
+            warm.append(measure(TRACEKIT, {"dir": str(folder), "kwargs": {"cache_dir": store}}))
+    t_cold, t_warm = median(cold, "wall_s"), median(warm, "wall_s")
+    print(f"  first (parse + write cache): {t_cold:6.2f} s   second (from cache): {t_warm:6.3f} s"
+          f"   speed-up {t_cold / t_warm:5.1f}x")
+
+
+def ranks64(work: Path, mb: float, base: dict | None) -> None:
+    folder = work / f"ranks64-{mb:g}mb"
+    write_rank_set(SOURCE, folder, 64, mb)
+    print(f"\n== 64 ranks: {folder} ({64 * mb:.0f} MB of JSON), one run, memory sampled")
+    run = measure(TRACEKIT, {"dir": str(folder), "kwargs": {"cache": False}}, memory=True)
+    print(f"  tracekit summarize      : {run['wall_s']:7.2f} s wall   peak {run['peak_mb']:6.0f} MB")
+    if base:
+        print(f"  against 8 ranks         : {run['peak_mb'] / base['peak_mb']:7.2f}x the peak memory "
+              f"({run['peak_mb'] - base['peak_mb']:+.0f} MB), {run['wall_s'] / base['wall_s']:.1f}x the time")
+
+
+def large(work: Path, mb: float) -> None:
+    folder = work / f"large-{mb:g}mb"
+    path = write_large(SOURCE, folder, mb)
+    size = path.stat().st_size / 1e6
+    print(f"\n== one large trace: {path} ({size:.0f} MB of JSON), one run, memory sampled")
+    run = measure(TRACEKIT, {"dir": str(folder), "kwargs": {"cache": False}}, memory=True)
+    print(f"  tracekit summarize      : {run['wall_s']:7.2f} s wall   peak {run['peak_mb']:6.0f} MB"
+          f" = {run['peak_mb'] / size:.2f}x the JSON size")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=["ranks8", "cache", "ranks64", "large"],
+                        default=["ranks8", "cache", "ranks64", "large"])
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "tracekit-bench",
+                        help="where the generated traces are kept between runs")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--mb", type=float, default=54.0, help="MB of JSON per rank")
+    parser.add_argument("--large-mb", type=float, default=1000.0)
+    parser.add_argument("--no-hta", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 1e9:.0f} GB; "
+          f"load average {psutil.getloadavg()[0]:.1f}; source trace {SOURCE}")
+    base = None
+    if "ranks8" in args.only:
+        base = ranks8(args.work, args.repeat, args.mb, not args.no_hta)
+    if "cache" in args.only:
+        cache_speedup(args.work, args.repeat, args.mb)
+    if "ranks64" in args.only:
+        ranks64(args.work, args.mb, base)
+    if "large" in args.only:
+        large(args.work, args.large_mb)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The parallel, cached, Dask and fsspec paths give exactly the Summary of the plain serial path.
+
+Speed is the benchmark's business (benchmarks/scale.py); these tests only check that every way of mapping the
+per-rank work yields the same tables, on real runs: a CPU gloo run with four ranks and the HTA GPU traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tracekit
+from tracekit import reader
+from tracekit.cli import main
+from tracekit.engine import EngineOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-4rank"
+HTA = ROOT.parent / "shared" / "traces" / "hta"
+RUNS = [GLOO_RUN] + [HTA / n for n in ("nccl_a100_2rank", "sampled_128rank", "ns_resolution_1rank")]
+
+
+def assert_same_summary(a: tracekit.Summary, b: tracekit.Summary, same_paths: bool = True) -> None:
+    """Every table equal (values, dtypes, order) and every run fact equal."""
+    for f in dataclasses.fields(a):
+        left, right = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(left, pd.DataFrame):
+            pd.testing.assert_frame_equal(left, right, obj=f.name)
+        elif f.name == "run" and not same_paths:
+            skip = {"source", "files", "skipped", "workload_run"}  # api.read_run_json reads local folders only
+            assert {k: v for k, v in left.items() if k not in skip} == {k: v for k, v in right.items() if k not in skip}
+            assert [x["rank"] for x in left["files"]] == [x["rank"] for x in right["files"]]
+        else:
+            assert _plain(left) == _plain(right), f.name
+
+
+def _plain(value):
+    """NaN equal to NaN, for comparing the run facts and findings."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return value
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """The reference: every rank in this process, no cache."""
+    return {run: tracekit.summarize(run, workers=1, cache=False) for run in RUNS}
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_process_pool_gives_the_plain_summary(plain, run):
+    assert_same_summary(plain[run], tracekit.summarize(run, workers=2, cache=False))
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_cached_summary_is_the_plain_summary(plain, run, tmp_path):
+    cold = tracekit.summarize(run, workers=2, cache_dir=tmp_path)
+    warm = tracekit.summarize(run, workers=2, cache_dir=tmp_path)
+    assert_same_summary(plain[run], cold)
+    assert_same_summary(plain[run], warm)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
+    with cluster:
+        yield cluster
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_dask_engine_gives_the_plain_summary(plain, run, dask_cluster):
+    from distributed import Client
+
+    with Client(dask_cluster) as client:
+        assert_same_summary(plain[run], tracekit.summarize(run, engine="dask", client=client, cache=False))
+
+
+def test_dask_engine_takes_a_scheduler_address_and_fills_the_cache(plain, dask_cluster, tmp_path):
+    result = tracekit.summarize(GLOO_RUN, engine="dask", client=dask_cluster.scheduler_address, cache_dir=tmp_path)
+    assert_same_summary(plain[GLOO_RUN], result)
+    assert len(list(tmp_path.glob("*/*/rank.parquet"))) == 0  # entries are folders of tables
+    assert len([p for p in tmp_path.glob("*/*") if p.is_dir()]) == 4  # one entry per rank
+    assert_same_summary(plain[GLOO_RUN], tracekit.summarize(GLOO_RUN, cache_dir=tmp_path))
+
+
+def test_cli_scheduler_flag(dask_cluster, capsys):
+    address = dask_cluster.scheduler_address
+    assert main(["summarize", str(GLOO_RUN), "--json", "--no-cache", "--scheduler", address]) == 0
+    from_dask = capsys.readouterr().out
+    assert main(["summarize", str(GLOO_RUN), "--json", "--no-cache", "--workers", "1"]) == 0
+    assert from_dask == capsys.readouterr().out
+
+
+def test_fsspec_url_gives_the_local_summary(plain):
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    for file in GLOO_RUN.iterdir():
+        fs.pipe(f"/tracekit-test/run/{file.name}", file.read_bytes())
+    try:
+        remote = tracekit.summarize("memory://tracekit-test/run", workers=1, cache=False)
+        assert_same_summary(plain[GLOO_RUN], remote, same_paths=False)
+        assert remote.run["files"][0]["path"].startswith("memory://")
+        assert [s["path"].rsplit("/", 1)[-1] for s in remote.run["skipped"]] == ["run.json"]
+        one = tracekit.summarize("memory://tracekit-test/run/rank-2.pt.trace.json.gz", workers=1, cache=False)
+        assert one.ranks["rank"].tolist() == [2]
+    finally:
+        fs.rm("/tracekit-test", recursive=True)
+
+
+def test_progress_is_reported_once_per_rank(tmp_path):
+    seen = []
+    tracekit.summarize(GLOO_RUN, workers=2, cache=False, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(i, 5) for i in range(1, 6)]  # four ranks and run.json, which is read and skipped
+    seen.clear()
+    tracekit.summarize(GLOO_RUN, cache_dir=tmp_path)
+    tracekit.summarize(GLOO_RUN, cache_dir=tmp_path, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (5, 5)
+
+
+def test_read_errors_in_workers_name_the_file(tmp_path):
+    for file in GLOO_RUN.glob("rank-[01]*"):
+        shutil.copy(file, tmp_path / file.name)
+    broken = tmp_path / "rank-2.pt.trace.json.gz"
+    broken.write_bytes(gzip.compress(b'{"traceEvents": []}' * 100)[:-20])
+    (tmp_path / "notes.json").write_text('{"not": "a trace"}')
+    with pytest.raises(tracekit.TruncatedTraceError, match="rank-2.pt.trace.json.gz"):
+        tracekit.summarize(tmp_path, workers=2, cache=False)
+    broken.unlink()
+    result = tracekit.summarize(tmp_path, workers=2, cache=False)
+    assert result.ranks["rank"].tolist() == [0, 1]
+    assert [s["path"].endswith("notes.json") for s in result.run["skipped"]] == [True]
+
+
+@pytest.mark.parametrize("bad", [dict(kind="spark"), dict(workers=0), dict(kind="dask"),
+                                 dict(client="tcp://x:1"), dict(progress=3)])
+def test_engine_options_are_validated(bad):
+    with pytest.raises(ValueError):
+        EngineOptions(**bad)
+
+
+# --- the reader's fast paths read exactly what its general path reads ------------------------------------------
+
+READER_FILES = sorted(GLOO_RUN.glob("rank-*")) + sorted(HTA.glob("*/*.json.gz"))
+
+
+def _same_read(a, b) -> None:
+    assert a[0] == b[0]
+    pd.testing.assert_frame_equal(a[1], b[1])
+    pd.testing.assert_frame_equal(a[2], b[2])
+
+
+@pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
+def test_chunked_and_general_decoding_read_the_same(path, monkeypatch):
+    fast = reader.read_rank(path, default_rank=0)
+    monkeypatch.setattr(reader, "_CHUNK_ABOVE_BYTES", 0)
+    monkeypatch.setattr(reader, "_CHUNK_EVENTS", 997)
+    _same_read(fast, reader.read_rank(path, default_rank=0))
+
+    def refuse(data):
+        raise reader._Refused
+
+    monkeypatch.setattr(reader, "_decode_fast", refuse)
+    _same_read(fast, reader.read_rank(path, default_rank=0))
