@@ -7,8 +7,6 @@ folder's ``paths.fingerprint`` as a key, so a run that is written again is read 
 
 from __future__ import annotations
 
-import inspect
-
 import pandas as pd
 import streamlit as st
 
@@ -29,14 +27,10 @@ def summary(folder: str, key: tuple) -> tracekit.Summary:
 
 
 def _options(key: tuple) -> dict:
-    """summarize's options where this tracekit has them: no on-disk cache, since the viewer reads nothing outside
-    its root folders (this module caches in memory), and no worker processes for a small run, whose reading
-    takes less time than starting them from a threaded server."""
-    accepted = inspect.signature(tracekit.summarize).parameters
-    options = {"cache": False} if "cache" in accepted else {}
-    if "workers" in accepted and sum(is_trace_name(entry[0]) for entry in key) <= SMALL_RUN:
-        options["workers"] = 1
-    return options
+    """No on-disk cache (the viewer reads and writes nothing outside its root folders; this module caches in
+    memory), and no worker processes for a small run, whose reading takes less time than starting them."""
+    small = sum(is_trace_name(entry[0]) for entry in key) <= SMALL_RUN
+    return {"cache": False, "workers": 1 if small else None}
 
 
 @st.cache_resource(max_entries=4, show_spinner="Reading one rank's events…")

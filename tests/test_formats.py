@@ -541,3 +541,22 @@ def test_bus_bandwidth(tmp_path, coll, n_in, n_out, n, dur, nbytes, busbw):
     assert c["bytes"].tolist() == [nbytes, nbytes]
     assert c["algbw_gbps"].to_numpy() == pytest.approx(np.array([40.0, 40.0]))
     assert c["busbw_gbps"].to_numpy() == pytest.approx(np.array([busbw, busbw]))
+
+
+def test_scalar_all_reduce_is_one_element(tmp_path):
+    def gloo(ts, dims):
+        return cpu("gloo:all_reduce", ts, 10, cat="user_annotation", tid=9, **{"Input Dims": dims, "Input type": ["float"]})
+    events = [step(1, 0, 1000), step(2, 1000, 10), cpu("aten::mm", 0, 900),
+              gloo(100, [[1000]]), gloo(300, [[]]), gloo(500, [[1000]])]
+    s = tracekit.summarize(write(tmp_path / "rank0.json", events))
+    assert s.collectives["bytes"].tolist() == [4000, 4, 4000]
+    assert s.ranks.iloc[0]["allreduce_bytes"] == 8004
+
+
+def test_device_copy_of_profiler_step_does_not_move_the_step(tmp_path):
+    gpu_step = {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#1", "pid": 0, "tid": 7,
+                "ts": 500, "dur": 100, "args": {}}
+    events = [gpu_step, step(1, 0, 1000), step(2, 1000, 10), launch(5, 1), kernel("gemm", 10, 100, correlation=1)]
+    s = tracekit.summarize(write(tmp_path / "rank0.json", events))
+    assert s.steps.loc[s.steps["step"] == 1, "step_us"].tolist() == [1000]
+    assert s.ranks.iloc[0]["compute_us"] == 100

@@ -31,14 +31,15 @@ def step_table(events: pd.DataFrame) -> pd.DataFrame:
     """One row per ``ProfilerStep#N`` annotation: rank, step, start_ns, end_ns."""
     names = events["name"].cat.categories
     step_names = names[names.str.match(STEP_NAME.pattern)]
-    rows = events[events["name"].isin(step_names) & (events["dur_ns"] >= 0)]
+    # The host annotation defines the step; a device-side copy (gpu_user_annotation) would move it onto GPU time.
+    rows = events[events["name"].isin(step_names) & (events["dur_ns"] >= 0) & (events["cat"] != "gpu_user_annotation")]
     out = pd.DataFrame({
         "rank": rows["rank"].to_numpy(),
         "step": rows["name"].astype(str).str.extract(STEP_NAME.pattern, expand=False).astype(np.int64).to_numpy(),
         "start_ns": rows["ts_ns"].to_numpy(),
         "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy(),
     })
-    # A step recorded twice (e.g. a CPU and a GPU copy) counts once.
+    # A step recorded twice on the host counts once.
     return out.drop_duplicates(["rank", "step"]).sort_values(["rank", "start_ns"], ignore_index=True)
 
 

@@ -496,7 +496,7 @@ def _comm_args(rows: list[int], args: dict[int, _Args | None], names: dict[int, 
         "out_nelems": _floats([a.out_nelems for a in picked]),
         "dtype": [a.dtype for a in picked],
         "group_size": _floats([a.group_size for a in picked]),
-        "input_nelems": _floats([_first_tensor_nelems(d) for d in dims]),
+        "input_nelems": _floats([_first_tensor_nelems(d, t) for d, t in zip(dims, types)]),
         "input_type": [t[0] if t else None for t in types],
     })
 
@@ -506,9 +506,13 @@ def _pg(a: _Args):
     return None if value is None else str(value)
 
 
-def _first_tensor_nelems(dims) -> float | None:
-    """Elements of the first input tensor from ``Input Dims``; None when it is not a plain shape."""
-    if not dims or not isinstance(dims[0], list) or not dims[0]:
+def _first_tensor_nelems(dims, types) -> float | None:
+    """Elements of the first input tensor from ``Input Dims``; None when it is not a plain tensor shape.
+    A 0-dim tensor (``[]`` with a dtype, as in ``dist.all_reduce(loss)``) has one element."""
+    if not dims or not isinstance(dims[0], list):
+        return None
+    first_type = types[0] if types else None
+    if not isinstance(first_type, str) or first_type in ("", "TensorList", "Scalar", "ScalarList", "GenericList"):
         return None
     shape = dims[0]
     if not all(isinstance(d, int) for d in shape):
