@@ -18,7 +18,16 @@ def text_report(summary: Summary) -> str:
         f"devices: {', '.join(run.get('device_names') or []) or 'cpu'}",
         f"  window: {run.get('window')} (times below are per rank over the window)",
     ]
+    workload = run.get("workload_run") or {}
+    if workload:
+        rates = workload.get("throughput_samples_per_s") or {}
+        rates = rates if isinstance(rates, dict) else {"measured": rates}
+        shown = ", ".join(f"{v:,.1f} samples/s {k}" for k, v in rates.items() if isinstance(v, (int, float)))
+        lines.append(f"  workload run.json: {workload.get('workload', '?')}, mode {workload.get('mode', '?')}"
+                     + (f"; {shown}" if shown else ""))
     for skipped in run.get("skipped", []):
+        if workload and skipped["path"].endswith("run.json"):
+            continue  # read above as the workload's description, not a trace
         lines.append(f"  skipped {skipped['path']}: {skipped['reason']}")
     lines += ["", "Per rank (ms; % of span)", _rank_lines(summary.ranks), ""]
     lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
