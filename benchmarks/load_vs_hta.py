@@ -17,7 +17,7 @@ import sys
 TRACEKIT = """
 import json, sys, time, resource
 import tracekit
-t = time.perf_counter(); tracekit.summarize(sys.argv[1]); wall = time.perf_counter() - t
+t = time.perf_counter(); tracekit.summarize(sys.argv[1], cache=False, workers=1); wall = time.perf_counter() - t
 print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
