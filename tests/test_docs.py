@@ -3,8 +3,6 @@
 import doctest
 import inspect
 import json
-import math
-import os
 import subprocess
 import sys
 from pathlib import Path

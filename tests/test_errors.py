@@ -1,6 +1,5 @@
 """Bad input: a named exception in the library, one line and a non-zero exit from the CLI, never a traceback."""
 
-import gzip
 import json
 import subprocess
 import sys

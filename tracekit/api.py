@@ -14,7 +14,7 @@ from tracekit import crossrank, findings, metrics
 from tracekit.config import Config
 from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
-from tracekit.rank import RankResult, analyze_rank
+from tracekit.rank import RankResult
 from tracekit.reader import check_unique_ranks, find_trace_files, is_url
 from tracekit.schema import RANK_COLUMNS
 from tracekit.summary import Summary
