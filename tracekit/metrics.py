@@ -27,22 +27,35 @@ def window_steps(steps: pd.DataFrame, window: str) -> pd.DataFrame:
 
 def device_view(events: pd.DataFrame, steps: pd.DataFrame, window: str) -> pd.DataFrame:
     """Device events inside the window: rank, kind, start_ns, end_ns, step, launch_ns, name."""
+    return in_window(all_device_events(events), steps, window)
+
+
+def all_device_events(events: pd.DataFrame) -> pd.DataFrame:
+    """Every device event with a usable duration: rank, kind, start_ns, end_ns, step, launch_ns, name."""
     dev = events[events["kind"].notna() & (events["dur_ns"] >= 0)]
-    if window != "trace":
-        kept = window_steps(steps, window)
-        has_steps = dev["rank"].isin(steps["rank"]).to_numpy()
-        in_kept = pd.MultiIndex.from_arrays([dev["rank"], dev["step"]]).isin(
-            pd.MultiIndex.from_arrays([kept["rank"], kept["step"]]))
-        dev = dev[in_kept | ~has_steps]  # a rank with no ProfilerStep is analysed whole
     return pd.DataFrame({
         "rank": dev["rank"].to_numpy(),
-        "kind": dev["kind"].astype(str).to_numpy(),
+        "kind": dev["kind"].array,
         "start_ns": dev["ts_ns"].to_numpy(),
         "end_ns": (dev["ts_ns"] + dev["dur_ns"]).to_numpy(),
         "step": dev["step"].to_numpy(),
         "launch_ns": dev["launch_ns"].to_numpy(),
-        "name": dev["name"].to_numpy(),
+        "name": dev["name"].array,
     })
+
+
+def in_window(dev: pd.DataFrame, steps: pd.DataFrame, window: str) -> pd.DataFrame:
+    """The rows of a device view that the window keeps; a rank with no ProfilerStep is analysed whole."""
+    if window == "trace":
+        return dev
+    kept = window_steps(steps, window)
+    key = _rank_step_key(dev["rank"], dev["step"])
+    keep = np.isin(key, _rank_step_key(kept["rank"], kept["step"])) | ~dev["rank"].isin(steps["rank"]).to_numpy()
+    return dev[keep].reset_index(drop=True)
+
+
+def _rank_step_key(rank: pd.Series, step: pd.Series) -> np.ndarray:
+    return rank.to_numpy().astype(np.int64) * (1 << 40) + step.to_numpy().astype(np.int64)
 
 
 def _sets(dev: pd.DataFrame) -> dict[str, iv.Intervals]:

@@ -48,8 +48,8 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     origin_ns = int(events.loc[valid, "ts_ns"].min()) if valid.any() else 0
     steps = step_table(events)
     kept = metrics.window_steps(steps, config.window)
-    dev = metrics.device_view(events, steps, config.window)
-    dev_all = metrics.device_view(events, steps, "trace")
+    dev_all = metrics.all_device_events(events)
+    dev = metrics.in_window(dev_all, steps, config.window)
 
     collectives = collective_table(events, comm_args, _pg_sizes(meta)).drop(columns=["row"])
     collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)
