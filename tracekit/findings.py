@@ -135,10 +135,10 @@ def _syncs(ranks, collectives, stragglers, run):
     return [Finding(
         "sync_in_step", "medium", tuple(int(r) for r in hit["rank"]),
         f"Host-device synchronizations inside the step ({per_step:.1f} per step) leave the device idle for up to "
-        f"{float(share.max()):.0%} of its time.",
+        f"{float(share[hit.index].max()):.0%} of its time.",
         "Remove synchronizations from the step: .item(), .cpu(), printing tensors, torch.cuda.synchronize(), blocking "
         "copies. Keep values on the device and read them every N steps; copy with non_blocking=True.",
-        {"share": float(share.max()), "sync_calls_per_step": per_step})]
+        {"share": float(share[hit.index].max()), "sync_calls_per_step": per_step})]
 
 
 def _data_parallel(ranks, collectives, stragglers, run):
