@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import reader
+from tracekit import rank, reader
+from tracekit.config import Config
 from tracekit.cli import main
 from tracekit.engine import EngineOptions
 
@@ -172,3 +173,34 @@ def test_chunked_and_general_decoding_read_the_same(path, monkeypatch):
 
     monkeypatch.setattr(reader, "_decode_fast", refuse)
     _same_read(fast, reader.read_rank(path, default_rank=0))
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
+@pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
+def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked, monkeypatch):
+    """analyze_rank reads a GPU trace without the CPU ops its analysis never looks at; every result is the same."""
+    if chunked:
+        monkeypatch.setattr(reader, "_CHUNK_ABOVE_BYTES", 0)
+        monkeypatch.setattr(reader, "_CHUNK_EVENTS", 997)
+    meta, events, comm_args = reader.read_rank(path, default_rank=0)
+    lean = reader.read_rank(path, default_rank=0, host_ops=rank.reads_host_op)
+    assert lean[0] == meta  # dropped events and the first usable start count every event
+
+    cpu_op = (events["cat"] == "cpu_op").to_numpy()
+    unread = cpu_op & ~events["name"].astype(str).map(rank.reads_host_op).to_numpy()
+    unread[comm_args["row"].to_numpy()] = False
+    if not events["cat"].isin(reader.DEVICE_CATEGORIES).any():
+        _same_read((meta, events, comm_args), lean)  # a CPU-only trace's ops are its device work: all kept
+    elif not chunked:
+        assert len(events) - len(lean[1]) == unread.sum()
+    else:  # ops in chunks before the first device event are kept
+        assert len(events) - len(lean[1]) <= unread.sum()
+
+    full = rank.reduce_rank(meta, events, comm_args, Config())
+    result = rank.analyze_rank(path, Config(), default_rank=0)
+    for f in dataclasses.fields(full):
+        left, right = getattr(full, f.name), getattr(result, f.name)
+        if isinstance(left, pd.DataFrame):
+            pd.testing.assert_frame_equal(left, right, obj=f.name)
+        else:
+            assert left == right, f.name

@@ -23,6 +23,7 @@ CAUSES = ("sync", "data", "comm_wait", "host", "other")
 SYNC_CALL = re.compile(r"(?i)synchronize$|^(cuda|hip)memcpy(withstream)?$|^(cuda|hip)memset$|^aten::(item|_local_scalar_dense)$")
 DATA_LOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 HOST_COMM = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:|rccl:)|::wait$|^c10d::wait")
+DATA_PARALLEL_OP = "DataParallel.forward"  # torch.nn.DataParallel's forward: seen only when DataParallel runs
 REDUCED_PRECISION = re.compile(r"(?i)bf16|fp16|f16|half|bfloat16|h884|h1688|h16816|hmma|fp8|e4m3|e5m2")
 
 
@@ -76,7 +77,7 @@ def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.Data
                             compute.loc[reduced.astype(bool), "end_ns"].to_numpy())
     return {
         "sync_calls": int(len(sync)),
-        "data_parallel": bool(events["name"].isin(["DataParallel.forward"]).any()),
+        "data_parallel": bool(events["name"].isin([DATA_PARALLEL_OP]).any()),
         "reduced_precision_us": iv.total(*reduced_sets) / 1e3,
         "compute_kernel_us": iv.total(*compute_sets) / 1e3,
     }

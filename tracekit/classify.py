@@ -45,7 +45,8 @@ def step_table(events: pd.DataFrame) -> pd.DataFrame:
 
 def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     """A new events table with ``kind`` (device events only), ``launch_ns`` (start of the runtime call that
-    launched a device event, -1 if unknown) and ``step`` (every event) added."""
+    launched a device event, -1 if unknown), ``launch_row`` (that call's row, -1 if unknown) and ``step`` (every
+    event) added."""
     out = events.copy()
     launch = _launch_of_device_events(out)
     kind = np.full(len(out), -1, dtype=np.int8)  # codes of KINDS; -1: not a device event
@@ -70,6 +71,7 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     out["kind"] = pd.Categorical.from_codes(kind, categories=list(KINDS))
 
     out["launch_ns"] = launch["launch_ts_ns"].to_numpy()
+    out["launch_row"] = launch["launch_row"].to_numpy()
     when = np.where(out["launch_ns"].to_numpy() >= 0, out["launch_ns"].to_numpy(), out["ts_ns"].to_numpy())
     out["step"] = assign_steps(out["rank"].to_numpy(), when, step_table(out))
     return out
@@ -88,24 +90,40 @@ def assign_steps(rank: np.ndarray, ts_ns: np.ndarray, steps: pd.DataFrame) -> np
 
 
 def _launch_of_device_events(events: pd.DataFrame) -> pd.DataFrame:
-    """For each row: the launching runtime call's start (-1 if none) and whether it ran inside a comm annotation."""
+    """For each row: the events-table row of the runtime call that launched it (-1 if none, or not a device event),
+    that call's start (-1 if none), and whether that call ran inside a comm annotation."""
     n = len(events)
-    launch_ts = np.full(n, -1, dtype=np.int64)
+    launch_row = np.full(n, -1, dtype=np.int64)
     in_comm = np.zeros(n, dtype=bool)
-    device = events.index[events["cat"].isin(DEVICE_CATEGORIES) & (events["correlation"] >= 0)]
-    runtime = events[(events["cat"] == "cuda_runtime") & (events["correlation"] >= 0)]
-    if len(device) == 0 or len(runtime) == 0:
-        return pd.DataFrame({"launch_ts_ns": launch_ts, "in_comm_annotation": in_comm})
-    runtime = runtime.drop_duplicates(["rank", "correlation"])[["rank", "correlation", "ts_ns", "tid"]]
-    linked = events.loc[device, ["rank", "correlation"]].reset_index().merge(runtime, on=["rank", "correlation"])
-    launch_ts[linked["index"].to_numpy()] = linked["ts_ns"].to_numpy()
+    corr = events["correlation"].to_numpy()
+    rank = events["rank"].to_numpy()
+    device = np.flatnonzero(events["cat"].isin(DEVICE_CATEGORIES).to_numpy() & (corr >= 0))
+    runtime = np.flatnonzero((events["cat"] == "cuda_runtime").to_numpy() & (corr >= 0))
+    for r in np.unique(rank[device]):
+        # Per rank, a correlation id names one runtime call (the first in the table where a trace repeats it).
+        calls = runtime[rank[runtime] == r]
+        if len(calls) == 0:
+            continue
+        ids, first = np.unique(corr[calls], return_index=True)
+        launched = device[rank[device] == r]
+        at = np.minimum(np.searchsorted(ids, corr[launched]), len(ids) - 1)
+        found = ids[at] == corr[launched]
+        launch_row[launched[found]] = calls[first[at[found]]]
+    linked = np.flatnonzero(launch_row >= 0)
+    ts = events["ts_ns"].to_numpy()
+    launch_ts = np.where(launch_row >= 0, ts[np.maximum(launch_row, 0)], -1)
 
     names = events["name"].cat.categories
     annotations = events[events["name"].isin(names[names.str.match(COMM_ANNOTATION.pattern)]) & (events["dur_ns"] >= 0)]
-    if len(annotations):
-        inside = _inside(linked[["rank", "tid", "ts_ns"]], annotations)
-        in_comm[linked["index"].to_numpy()[inside]] = True
-    return pd.DataFrame({"launch_ts_ns": launch_ts, "in_comm_annotation": in_comm})
+    if len(annotations) and len(linked):
+        in_comm[linked[_inside(launch_points(events, launch_row[linked]), annotations)]] = True
+    return pd.DataFrame({"launch_row": launch_row, "launch_ts_ns": launch_ts, "in_comm_annotation": in_comm})
+
+
+def launch_points(events: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """(rank, tid, ts_ns) of the runtime calls at events-table positions ``rows``: where launches happened."""
+    return pd.DataFrame({"rank": events["rank"].to_numpy()[rows], "tid": events["tid"].iloc[rows].to_numpy(),
+                         "ts_ns": events["ts_ns"].to_numpy()[rows]})
 
 
 def _inside(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.classify import COMM_ANNOTATION, _inside_span
+from tracekit.classify import COMM_ANNOTATION, _inside_span, launch_points
 
 _OP_PATTERNS = (
     ("barrier", r"barrier"),
@@ -154,17 +154,14 @@ def _enclosing(events, comm_args, calls, name_pattern) -> pd.DataFrame:
     names = events["name"].cat.categories
     wanted = names[names.str.match(name_pattern)]
     spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
-    runtime = events[(events["cat"] == "cuda_runtime") & (events["correlation"] >= 0)].drop_duplicates(["rank", "correlation"])
-    kernels = calls[calls["correlation"] >= 0]
-    if len(spans) == 0 or len(kernels) == 0 or len(runtime) == 0:
+    launched = calls.index.to_numpy()[calls["launch_row"].to_numpy() >= 0]
+    if len(spans) == 0 or len(launched) == 0:
         return result
-    launches = kernels[["rank", "correlation"]].reset_index().merge(
-        runtime[["rank", "correlation", "ts_ns", "tid"]], on=["rank", "correlation"])
-    span_row = _inside_span(launches[["rank", "tid", "ts_ns"]], spans)
+    span_row = _inside_span(launch_points(events, events["launch_row"].to_numpy()[launched]), spans)
     found = span_row >= 0
     args = comm_args.set_index("row").reindex(span_row[found])
     args["name"] = events["name"].astype(str).to_numpy()[span_row[found]]
-    result.loc[launches["index"].to_numpy()[found], columns] = args[columns].to_numpy()
+    result.loc[launched[found], columns] = args[columns].to_numpy()
     for f in ("seq", "in_nelems", "out_nelems", "group_size", "input_nelems"):
         result[f] = pd.to_numeric(result[f])
     return result

@@ -13,10 +13,20 @@ import numpy as np
 import pandas as pd
 
 from tracekit import causes, metrics
-from tracekit.classify import classify, step_table
+from tracekit.classify import COMM_ANNOTATION, STEP_NAME, classify, step_table
 from tracekit.collectives import collective_table
 from tracekit.config import Config
 from tracekit.reader import DEVICE_CATEGORIES, RankMeta, read_rank
+
+
+# The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
+# out of the table (about half its events); a CPU-only trace keeps all, since its ops are the device work.
+_HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER)
+
+
+def reads_host_op(name: str) -> bool:
+    """Whether ``reduce_rank`` looks at a host op of this name on a GPU rank."""
+    return name == causes.DATA_PARALLEL_OP or any(p.search(name) for p in _HOST_OPS_READ)
 
 
 @dataclass(frozen=True)
@@ -34,7 +44,7 @@ class RankResult:
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:
     """Read and reduce one trace file."""
-    meta, events, comm_args = read_rank(path, default_rank=default_rank)
+    meta, events, comm_args = read_rank(path, default_rank=default_rank, host_ops=reads_host_op)
     return reduce_rank(meta, events, comm_args, config)
 
 
@@ -45,7 +55,10 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
             events = events.assign(**{col: events[col].astype("category")})
     events = classify(events, comm_args)
     valid = events["dur_ns"] >= 0
-    origin_ns = int(events.loc[valid, "ts_ns"].min()) if valid.any() else 0
+    # The earliest usable event, counting host ops the reader left out (meta.first_ts_ns).
+    known = [int(events.loc[valid, "ts_ns"].min())] if valid.any() else []
+    known += [meta.first_ts_ns] if meta.first_ts_ns is not None else []
+    origin_ns = min(known, default=0)
     steps = step_table(events)
     kept = metrics.window_steps(steps, config.window)
     dev_all = metrics.all_device_events(events)
