@@ -17,8 +17,8 @@ import pytest
 
 import tracekit
 from tracekit import rank, reader
-from tracekit.config import Config
 from tracekit.cli import main
+from tracekit.config import Config
 from tracekit.engine import EngineOptions
 
 ROOT = Path(__file__).resolve().parents[1]

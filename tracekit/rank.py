@@ -18,7 +18,6 @@ from tracekit.collectives import collective_table
 from tracekit.config import Config
 from tracekit.reader import DEVICE_CATEGORIES, RankMeta, read_rank
 
-
 # The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
 # out of the table (about half its events); a CPU-only trace keeps all, since its ops are the device work.
 _HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER)

@@ -25,9 +25,9 @@ from isal.igzip_lib import IsalError
 
 from tracekit.errors import (
     DuplicateRankError,
-    NoTracesError,
     NotATraceError,
     NotJSONError,
+    NoTracesError,
     RankUnknownError,
     TraceReadError,
     TruncatedTraceError,
