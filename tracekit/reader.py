@@ -114,9 +114,10 @@ _RAW = msgspec.json.Decoder(_retyped(_Trace, "_RawTrace", {"traceEvents": list[m
                             | list[msgspec.Raw])
 _CHUNK = msgspec.json.Decoder(list[_AnyEvent])
 # Traces larger than this (as JSON) are decoded _CHUNK_EVENTS events at a time: a worker's peak memory is then the
-# JSON plus one chunk's structs (measured: a 55 MB trace peaks ~60 MB lower, at no cost in time).
+# JSON plus one chunk's structs (measured: a 55 MB trace peaks at 133 MB over the imports instead of 251 MB, in the
+# same time).
 _CHUNK_ABOVE_BYTES = 16 << 20
-_CHUNK_EVENTS = 50_000
+_CHUNK_EVENTS = 20_000
 _NO_ARGS = _Args()
 
 
@@ -342,17 +343,27 @@ def _decode_fast(data: bytes):
 
 
 def _raw_chunks(data: bytes | bytearray, raws: list) -> Iterator[list]:
-    """The complete events of ``raws`` (views into ``data``), decoded ``_CHUNK_EVENTS`` at a time."""
-    base = _address(data)
+    """The complete events of ``raws`` (views into ``data``), decoded ``_CHUNK_EVENTS`` at a time.
+
+    The byte range of every chunk is taken first and ``raws`` emptied, so its Raw objects are gone before any
+    event struct is built.
+    """
+    base, pieces = _address(data), []
     for i in range(0, len(raws), _CHUNK_EVENTS):
         first, last = raws[i], raws[min(i + _CHUNK_EVENTS, len(raws)) - 1]
         start, end = _address(first) - base, _address(last) - base + len(last)
-        view = memoryview(data)[start:end] if 0 <= start < end <= len(data) else b",".join(raws[i:i + _CHUNK_EVENTS])
-        try:
-            events = _CHUNK.decode(b"".join((b"[", view, b"]")))
-        except msgspec.MsgspecError:
-            raise _Refused from None
-        yield [e for e in events if type(e) is _Complete]
+        pieces.append((start, end) if 0 <= start < end <= len(data) else b",".join(raws[i:i + _CHUNK_EVENTS]))
+    raws.clear()
+    return (_complete_events(memoryview(data)[p[0]:p[1]] if isinstance(p, tuple) else p) for p in pieces)
+
+
+def _complete_events(body) -> list:
+    """The complete events of ``body``, a comma-separated run of events."""
+    try:
+        events = _CHUNK.decode(b"".join((b"[", body, b"]")))
+    except msgspec.MsgspecError:
+        raise _Refused from None
+    return [e for e in events if type(e) is _Complete]
 
 
 def _address(buffer) -> int:
