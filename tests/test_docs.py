@@ -63,3 +63,15 @@ def test_schema_names_every_column():
     assert list(s.steps.columns) == list(schema.STEP_COLUMNS)
     assert list(s.collectives.columns) == list(schema.COLLECTIVE_COLUMNS)
     assert list(s.gaps.columns) == list(schema.GAP_COLUMNS)
+
+
+def test_schema_names_every_events_column():
+    """The classified events table (what the timeline draws) and the comm args table, column for column."""
+    from tracekit import reader, schema
+    from tracekit.classify import classify
+
+    for path in (ROOT / "sample_traces" / "resnet-gloo-2rank" / "rank-0.pt.trace.json.gz",
+                 next((ROOT.parent / "shared" / "traces" / "hta" / "nccl_a100_2rank").glob("*.json.gz"))):
+        _, events, comm_args = reader.read_rank(path, default_rank=0)
+        assert list(classify(events, comm_args).columns) == list(schema.EVENT_COLUMNS)
+        assert list(comm_args.columns) == list(schema.COMM_ARG_COLUMNS)

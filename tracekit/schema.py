@@ -27,7 +27,8 @@ KINDS = ("compute", "comm", "memory")
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv", "barrier", "other")
 
-# The events table: one row per complete ("X") event of every rank.
+# The events table: one row per complete ("X") event of every rank (for a GPU rank's analysis, without the CPU ops
+# it never reads: see reader.read_rank's host_ops).
 EVENT_COLUMNS = {
     "rank": ("int32", "rank of the trace the event came from"),
     "cat": ("category", "Kineto category, normalised to today's names (kernel, cuda_runtime, cpu_op, ...)"),
@@ -41,6 +42,7 @@ EVENT_COLUMNS = {
     "stream": ("int64", "GPU stream of a device event; -1 when absent or not numeric"),
     "kind": ("category", "compute / comm / memory for device events; missing for host events"),
     "launch_ns": ("int64", "start of the runtime call that launched a device event; -1 when unknown"),
+    "launch_row": ("int64", "row of that runtime call in the events table; -1 when unknown"),
     "step": ("int64", "ProfilerStep number the event belongs to (device events: by their launch); -1 outside steps"),
 }
 
@@ -55,6 +57,8 @@ COMM_ARG_COLUMNS = {
     "out_nelems": ("float64", "output elements (NaN when unknown)"),
     "dtype": ("object", "element type as written in the trace"),
     "group_size": ("float64", "ranks in the process group (NaN when unknown)"),
+    "input_nelems": ("float64", "elements of the first input tensor, from Input Dims (NaN when not a plain tensor)"),
+    "input_type": ("object", "type of the first input, from Input type (None when absent)"),
 }
 
 # The Summary's tables. The first columns of each are the contract; every column is listed with its meaning.
