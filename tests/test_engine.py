@@ -204,3 +204,12 @@ def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked, monkeyp
             pd.testing.assert_frame_equal(left, right, obj=f.name)
         else:
             assert left == right, f.name
+
+
+@pytest.mark.parametrize("top", ['{"traceEvents": []}', "[]"])
+def test_a_trace_without_events_reads_the_same_whole_and_chunked(top, tmp_path, monkeypatch):
+    path = tmp_path / "rank0.json"
+    path.write_text(top)
+    whole = tracekit.summarize(path, workers=1, cache=False)
+    monkeypatch.setattr(reader, "_CHUNK_ABOVE_BYTES", 0)
+    assert_same_summary(whole, tracekit.summarize(path, workers=1, cache=False))

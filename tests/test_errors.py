@@ -17,6 +17,12 @@ def _truncated_gzip(tmp_path):
     return path
 
 
+def _gzip_with_trailing_bytes(tmp_path):
+    path = write_trace(tmp_path / "rank0.json.gz", [kernel("gemm", 0, 10)] * 50)
+    path.write_bytes(path.read_bytes() + b"garbage!")
+    return path
+
+
 def _not_json(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_text('{"traceEvents": [ {"ph": "X", ')
@@ -42,6 +48,7 @@ def _duplicate_ranks(tmp_path):
 
 CASES = [
     (_truncated_gzip, tracekit.TruncatedTraceError, "truncated"),
+    (_gzip_with_trailing_bytes, tracekit.TruncatedTraceError, "Not a gzipped file"),
     (_not_json, tracekit.NotJSONError, "not valid JSON"),
     (_not_a_trace, tracekit.NotATraceError, "not a profiler trace"),
     (_empty_folder, tracekit.NoTracesError, "no trace files"),

@@ -8,10 +8,12 @@ chunk of events at a time, so its structs never all exist at once. Paths may be 
 
 from __future__ import annotations
 
+import gzip
 import io
 import itertools
 import operator
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
@@ -310,7 +312,11 @@ def _load_bytes(path: Path | str) -> bytes | bytearray:
         return data
     try:
         return _gunzip(data)
-    except (EOFError, OSError, IsalError) as err:
+    except (EOFError, OSError, IsalError):
+        pass
+    try:  # the gzip module names what is wrong (truncated, bad CRC, trailing bytes that are not gzip)
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as err:
         raise TruncatedTraceError(path, f"truncated or corrupt gzip ({err})") from None
 
 
@@ -421,8 +427,8 @@ def _tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
     n = sum(len(p["ts"]) for p in parts)
     ts_ns = _to_ns(_joined(parts, "ts", np.float64)) + base_ns
     dur_ns = _to_ns(_joined(parts, "dur", np.float64))
-    left_ts = _to_ns(np.concatenate([t for t, _ in left_out])) + base_ns
-    left_dur = _to_ns(np.concatenate([d for _, d in left_out]))
+    left_ts = _to_ns(np.concatenate([t for t, _ in left_out] or [np.empty(0)])) + base_ns
+    left_dur = _to_ns(np.concatenate([d for _, d in left_out] or [np.empty(0)]))
     # No duration, a negative one (unfinished CPU events) or one longer than the whole trace: not usable.
     all_ts = np.concatenate([ts_ns, left_ts])
     last_start = int(all_ts.max()) if len(all_ts) else 0
