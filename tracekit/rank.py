@@ -54,10 +54,10 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
             events = events.assign(**{col: events[col].astype("category")})
     events = classify(events, comm_args)
     valid = events["dur_ns"] >= 0
-    # The earliest usable event, counting host ops the reader left out (meta.first_ts_ns).
-    known = [int(events.loc[valid, "ts_ns"].min())] if valid.any() else []
-    known += [meta.first_ts_ns] if meta.first_ts_ns is not None else []
-    origin_ns = min(known, default=0)
+    # The earliest usable event, counting host ops the reader left out; from the table when the meta has none.
+    origin_ns = meta.first_ts_ns
+    if origin_ns is None:
+        origin_ns = int(events.loc[valid, "ts_ns"].min()) if valid.any() else 0
     steps = step_table(events)
     kept = metrics.window_steps(steps, config.window)
     dev_all = metrics.all_device_events(events)

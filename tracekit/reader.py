@@ -419,25 +419,20 @@ def _rank_of(path: Path, info: _DistributedInfo | None, default_rank: int | None
 
 def _tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
     """(events, comm_args, events dropped, first usable start) of one rank's chunks of complete events."""
-    parts, left_out, keep_name = [], [], _NameFilter(host_ops)
-    for events in chunks:
-        part = _chunk_columns(events, keep_name)
-        left_out.append(part.pop("left_out"))
-        parts.append(part)
+    keep_name = _NameFilter(host_ops)
+    parts = [_chunk_columns(events, keep_name) for events in chunks]
     n = sum(len(p["ts"]) for p in parts)
-    ts_ns = _to_ns(_joined(parts, "ts", np.float64)) + base_ns
-    dur_ns = _to_ns(_joined(parts, "dur", np.float64))
-    left_ts = _to_ns(np.concatenate([t for t, _ in left_out] or [np.empty(0)])) + base_ns
-    left_dur = _to_ns(np.concatenate([d for _, d in left_out] or [np.empty(0)]))
+    # Times of every event: the table's rows first, then the CPU ops left out (they count for dropped and first).
+    ts_ns = _to_ns(np.concatenate([p["ts"] for p in parts] + [p["left_ts"] for p in parts] + [np.empty(0)])) + base_ns
+    dur_ns = _to_ns(np.concatenate([p["dur"] for p in parts] + [p["left_dur"] for p in parts] + [np.empty(0)]))
     # No duration, a negative one (unfinished CPU events) or one longer than the whole trace: not usable.
-    all_ts = np.concatenate([ts_ns, left_ts])
-    last_start = int(all_ts.max()) if len(all_ts) else 0
-    horizon = last_start + max(last_start - (int(all_ts.min()) if len(all_ts) else 0), 1_000_000_000)
+    last_start = int(ts_ns.max()) if len(ts_ns) else 0
+    horizon = last_start + max(last_start - (int(ts_ns.min()) if len(ts_ns) else 0), 1_000_000_000)
     bad = (dur_ns < 0) | (ts_ns + dur_ns > horizon)
-    left_bad = (left_dur < 0) | (left_ts + left_dur > horizon)
     dur_ns[bad] = -1
-    usable = np.concatenate([ts_ns[~bad], left_ts[~left_bad]])
-    first_ts_ns = int(usable.min()) if len(usable) else None
+    first_ts_ns = int(ts_ns[~bad].min()) if (~bad).any() else None
+    dropped = int(bad.sum())
+    ts_ns, dur_ns = ts_ns[:n], dur_ns[:n]
     table = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32),
         "cat": _categorical([p["cat"] for p in parts], _category),
@@ -457,7 +452,6 @@ def _tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
     comm_rows = [int(row + off) for p, off in zip(parts, offsets) for row in p["comm_rows"]]
     args = dict(zip(comm_rows, [a for p in parts for a in p["comm_args"]]))
     names = dict(zip(comm_rows, [name for p in parts for name in p["comm_names"]]))
-    dropped = int(bad.sum() + left_bad.sum())
     return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns
 
 
@@ -505,7 +499,7 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
     """One chunk of complete events as columns: numbers as arrays, strings as (codes, distinct values).
 
     One list comprehension per field (the cheapest way to read a struct field per event), then vectorized work.
-    CPU ops that ``keep_name`` leaves out get no row: only their times are kept (``left_out``).
+    CPU ops that ``keep_name`` leaves out get no row: only their times are kept (``left_ts``, ``left_dur``).
     """
     events, left = keep_name.split(events)
     args = [e.args or _NO_ARGS for e in events]  # the general decoder leaves args None when there are none
@@ -522,7 +516,7 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
         "correlation": _ids([a.correlation for a in args]), "stream": _ids([a.stream for a in args]),
         "external_id": _ids([a.external_id if a.external_id is not None else a.external_id_old for a in args]),
         "comm_rows": comm_rows, "comm_args": [args[i] for i in comm_rows], "comm_names": [name[i] for i in comm_rows],
-        "left_out": (_floats_of(left, "ts"), _floats_of(left, "dur")),
+        "left_ts": _floats_of(left, "ts"), "left_dur": _floats_of(left, "dur"),
     }
 
 
