@@ -1,10 +1,12 @@
-"""The Parquet cache: exact round trips, hits on unchanged files, misses when a file or an option changes."""
+"""The Parquet cache: exact round trips, hits on unchanged files, misses when a file or an option changes, answers
+that never depend on who filled an entry, and a size cap kept by removing the least recently used entries."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -13,8 +15,7 @@ import pytest
 import tracekit
 from tracekit import cache, engine
 from tracekit.config import Config
-from tracekit.rank import analyze_rank
-from tracekit.reader import read_rank
+from tracekit.rank import RankResult, analyze_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-2rank"
@@ -35,21 +36,11 @@ def _assert_same_result(a, b) -> None:
 def test_rank_result_round_trips_exactly(path, tmp_path):
     config = Config(window="all_steps")
     result = analyze_rank(path, config, 0)
-    key = cache.rank_key(path, config, 0)
-    cache.store(tmp_path, key, result)
-    _assert_same_result(result, cache.load(tmp_path, key))
-
-
-@pytest.mark.parametrize("path", FILES[:3], ids=lambda p: p.name[:12])
-def test_events_for_the_timeline_round_trip_exactly(path, tmp_path):
-    first = cache.load_rank_events(path, tmp_path)
-    second = cache.load_rank_events(path, tmp_path)
-    fresh = read_rank(path)
-    for got in (first, second):
-        assert got[0] == fresh[0]
-        pd.testing.assert_frame_equal(got[1], fresh[1])
-        pd.testing.assert_frame_equal(got[2], fresh[2])
-    assert len([p for p in tmp_path.glob("*/*") if p.is_dir()]) == 1
+    key = engine.rank_key(path, config, 0)
+    store = cache.Store(tmp_path, RankResult)
+    assert store.get(key) is None
+    store.put(key, result)
+    _assert_same_result(result, store.get(key))
 
 
 def test_second_summary_comes_from_the_cache(tmp_path, monkeypatch):
@@ -58,14 +49,13 @@ def test_second_summary_comes_from_the_cache(tmp_path, monkeypatch):
     before = sorted(p.name for p in run.iterdir())
     first = tracekit.summarize(run, workers=1, cache_dir=tmp_path / "cache")
 
-    parse = cache.analyze_rank
+    parse = engine.analyze_rank
 
     def no_parsing(path, *args, **kwargs):
         if Path(path).name.startswith("rank-"):
             raise AssertionError("a cached rank was parsed again")
         return parse(path, *args, **kwargs)  # run.json is not a trace: it is read again (cheap) and skipped
 
-    monkeypatch.setattr(cache, "analyze_rank", no_parsing)
     monkeypatch.setattr(engine, "analyze_rank", no_parsing)
     second = tracekit.summarize(run, workers=1, cache_dir=tmp_path / "cache")
     pd.testing.assert_frame_equal(first.ranks, second.ranks)
@@ -90,30 +80,32 @@ def test_a_changed_file_misses_the_cache(tmp_path):
 def test_same_size_touched_file_misses_the_cache(tmp_path):
     path = tmp_path / "rank-0.pt.trace.json.gz"
     shutil.copy(FILES[0], path)
-    key = cache.rank_key(path, Config(), None)
+    key = engine.rank_key(path, Config(), None)
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert cache.rank_key(path, Config(), None) != key
+    assert engine.rank_key(path, Config(), None) != key
 
 
 def test_options_are_part_of_the_key(tmp_path):
     path = FILES[0]
-    keys = {cache.rank_key(path, Config(window=w), None) for w in ("drop_last", "all_steps", "trace")}
-    keys.add(cache.rank_key(path, Config(), 0))
+    keys = {engine.rank_key(path, Config(window=w), None) for w in ("drop_last", "all_steps", "trace")}
+    keys.add(engine.rank_key(path, Config(), 0))
     assert len(keys) == 4
     windowed = tracekit.summarize(GLOO_RUN, window="trace", cache_dir=tmp_path)
     assert windowed.run["window"] == "trace"
     pd.testing.assert_frame_equal(windowed.ranks, tracekit.summarize(GLOO_RUN, window="trace", cache=False).ranks)
 
 
-def test_a_corrupt_entry_is_recomputed(tmp_path):
-    path = FILES[0]
-    key = cache.rank_key(path, Config(), 0)
-    result = cache.analyze_cached(path, Config(), 0, tmp_path)
-    for table in (tmp_path / key[:2] / key).glob("*.parquet"):
+def test_a_corrupt_entry_is_a_miss_and_is_recomputed(tmp_path):
+    path = GLOO_RUN / "rank-0.pt.trace.json.gz"
+    store = cache.Store(tmp_path, RankResult)
+    key = engine.rank_key(path, Config(), 0)
+    store.put(key, analyze_rank(path, Config(), 0))
+    for table in store.entry(key).glob("*.parquet"):
         table.write_bytes(b"not parquet")
-    assert cache.load(tmp_path, key) is None
-    _assert_same_result(result, cache.analyze_cached(path, Config(), 0, tmp_path))
+    assert store.get(key) is None
+    fresh = tracekit.summarize(path, workers=1, cache=False)
+    pd.testing.assert_frame_equal(tracekit.summarize(path, workers=1, cache_dir=tmp_path).ranks, fresh.ranks)
 
 
 def test_an_unwritable_cache_warns_and_still_summarizes(tmp_path):
@@ -126,3 +118,78 @@ def test_an_unwritable_cache_warns_and_still_summarizes(tmp_path):
 
 def test_default_folder_is_in_the_home_cache():
     assert cache.resolve_dir(None) == Path("~/.cache/tracekit").expanduser()
+
+
+def _copy_run(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for file in GLOO_RUN.glob("rank-*"):
+        shutil.copy(file, folder / file.name)
+    return folder
+
+
+def test_paths_come_from_this_call_not_from_the_call_that_filled_the_cache(tmp_path, monkeypatch):
+    store = tmp_path / "cache"
+    _copy_run(tmp_path / "a" / "run")
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    relative = tracekit.summarize("run", workers=1, cache_dir=store)
+    assert [f["path"] for f in relative.run["files"]] == [f"run/rank-{r}.pt.trace.json.gz" for r in (0, 1)]
+    assert cache.info(store).entries == 2
+
+    monkeypatch.chdir(tmp_path / "b")  # "run" means nothing here: a path kept from the first call would not exist
+    absolute = tracekit.summarize(tmp_path / "a" / "run", workers=1, cache_dir=store)
+    paths = [f["path"] for f in absolute.run["files"]]
+    assert paths == [str(tmp_path / "a" / "run" / f"rank-{r}.pt.trace.json.gz") for r in (0, 1)]
+    assert all(Path(p).is_file() for p in paths)
+    assert cache.info(store).entries == 2  # both ranks were hits: the answer above came from the store
+
+
+def test_a_duplicate_rank_error_names_the_files_of_this_call(tmp_path, monkeypatch):
+    store = tmp_path / "cache"
+    run = _copy_run(tmp_path / "a" / "run")
+    shutil.copy(run / "rank-0.pt.trace.json.gz", run / "copy-of-rank-0.json.gz")  # distributedInfo says rank 0
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    with pytest.raises(tracekit.DuplicateRankError, match="rank 0 appears in two files: run/copy-of-rank-0"):
+        tracekit.summarize("run", workers=1, cache_dir=store)
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(tracekit.DuplicateRankError) as err:
+        tracekit.summarize(run, workers=1, cache_dir=store)
+    assert str(err.value) == (f"rank 0 appears in two files: {run / 'copy-of-rank-0.json.gz'} and "
+                              f"{run / 'rank-0.pt.trace.json.gz'}")
+
+
+def test_the_store_keeps_under_its_cap_removing_the_least_recently_used(tmp_path):
+    result = analyze_rank(GLOO_RUN / "rank-0.pt.trace.json.gz", Config(), None)
+    store = cache.Store(tmp_path, RankResult)
+    for name in ("first", "second", "third"):
+        store.put(name * 4, result)
+        time.sleep(0.02)  # distinct modification times, whatever the file system's resolution
+    one = cache.info(tmp_path).bytes // 3  # three entries of the same result: the same size
+    assert store.get("first" * 4) is not None  # used last now: "second" is the least recently used
+    capped = cache.Store(tmp_path, RankResult, max_bytes=2 * one + one // 2)
+    removed = capped.trim()
+    assert removed == one
+    assert capped.get("second" * 4) is None
+    assert capped.get("first" * 4) is not None and capped.get("third" * 4) is not None
+    assert cache.info(tmp_path).entries == 2 and cache.info(tmp_path).bytes <= capped.max_bytes
+    assert cache.Store(tmp_path, RankResult, max_bytes=0).trim() == 2 * one and cache.info(tmp_path).entries == 0
+
+
+def test_summarize_trims_the_cache_to_its_cap(tmp_path):
+    from tracekit.engine import EngineOptions, map_ranks
+
+    files = sorted(GLOO_RUN.glob("rank-*"))
+    map_ranks(files, Config(), None, EngineOptions(workers=1, cache_dir=tmp_path))
+    assert cache.info(tmp_path).entries == 2
+    map_ranks(files, Config(window="trace"), None, EngineOptions(workers=1, cache_dir=tmp_path, cache_max_bytes=0))
+    assert cache.info(tmp_path).entries == 0  # a cap of nothing keeps nothing, the entries just written included
+
+
+def test_clear_empties_the_folder_and_says_what_it_removed(tmp_path):
+    tracekit.summarize(GLOO_RUN, workers=1, cache_dir=tmp_path)
+    before = cache.info(tmp_path)
+    assert before.entries == 2 and before.bytes > 0
+    assert cache.clear(tmp_path) == before
+    assert cache.info(tmp_path) == cache.CacheInfo(tmp_path, 0, 0)
+    assert cache.info(tmp_path / "missing") == cache.CacheInfo(tmp_path / "missing", 0, 0)

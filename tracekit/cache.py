@@ -1,13 +1,22 @@
-"""The Parquet cache: per-rank results (and, for the viewer, per-rank events) kept between runs.
+"""The result store: frozen dataclasses (per-rank results) kept on disk by key, within a size cap.
 
-An entry is keyed by the trace file's identity (resolved path, size and mtime; for an fsspec URL, the file system's
-own key of its properties), the tracekit version and a hash of its source files, the ``Config``, and the shape of
-``RankResult`` (its field names and types). Changing any of these misses the cache; nothing is ever invalidated by
-hand. An entry is a folder: one Parquet file per table and one msgpack file for everything else, written to a
-temporary folder and renamed into place, so a reader never sees half an entry.
+The store only gets and puts; it knows nothing of traces or analysis. The engine makes each key from what it
+knows (the trace file's identity, the ``Config``, the result's shape) and decides ``store.get(key)`` or compute.
+``key`` adds the tracekit version and a hash of its source files, so a changed metric never reads an old entry;
+nothing is ever invalidated by hand.
 
-The cache lives in its own folder (``~/.cache/tracekit`` unless told otherwise), never in the trace folder. It is an
-optimisation: an entry that cannot be written is skipped with a warning, and one that cannot be read is recomputed.
+An entry is a folder: one Parquet file per table and one msgpack file for everything else, written to a temporary
+folder and renamed into place, so a reader never sees half an entry. Reading an entry marks it used; ``trim``
+removes the least recently used entries until the folder is under its cap (``DEFAULT_MAX_BYTES`` unless told).
+
+The store lives in its own folder (``~/.cache/tracekit`` unless told otherwise), never in the trace folder. It is an
+optimisation: an entry that cannot be written is skipped with a warning, and one that cannot be read is a miss.
+
+    store = Store(Path("/tmp/tk"), RankResult)
+    result = store.get(key)
+    if result is None:
+        result = compute()
+        store.put(key, result)
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import shutil
 import tempfile
 import typing
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,31 +37,19 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit.config import Config
-from tracekit.rank import RankResult, analyze_rank
-from tracekit.reader import RankMeta, is_url, read_rank
-
-__all__ = ["DEFAULT_CACHE_DIR", "cache_key", "load", "store", "analyze_cached", "load_rank_events", "clear"]
+__all__ = ["DEFAULT_CACHE_DIR", "DEFAULT_MAX_BYTES", "Store", "CacheInfo", "key", "shape", "resolve_dir", "info",
+           "clear"]
 
 DEFAULT_CACHE_DIR = Path("~/.cache/tracekit")
-_FORMAT = 1  # bump when the layout of an entry changes
+DEFAULT_MAX_BYTES = 4 * 1024**3  # 4 GiB: a few hundred large ranks' results
+_FORMAT = 2  # bump when the layout of an entry changes
+_ERRORS_WRITING = (OSError, NotImplementedError, msgspec.EncodeError, ValueError, TypeError)
+_ERRORS_READING = (OSError, ValueError, TypeError, KeyError, msgspec.DecodeError)
 
 
 def resolve_dir(cache_dir: str | Path | None) -> Path:
     """The cache folder to use: ``cache_dir`` or the default, with ``~`` expanded."""
     return Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
-
-
-def file_identity(path: str | Path) -> tuple:
-    """What says a trace file is unchanged: (resolved path, size, mtime ns), or (URL, the file system's key)."""
-    if is_url(path):
-        import fsspec
-
-        fs, inner = fsspec.core.url_to_fs(str(path))
-        return (str(path), fs.ukey(inner))
-    resolved = Path(path).resolve()
-    stat = resolved.stat()
-    return (str(resolved), stat.st_size, stat.st_mtime_ns)
 
 
 @functools.cache
@@ -65,26 +63,114 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def _shape(cls: type) -> str:
+def shape(cls: type) -> str:
+    """A dataclass's field names and types: part of a key, so a changed result type misses old entries."""
     return repr([(f.name, str(f.type)) for f in dataclasses.fields(cls)])
 
 
-def cache_key(kind: str, identity: tuple, *parts: Any) -> str:
-    """A stable hex key of an entry of ``kind`` for one file identity and the options that shape the entry."""
-    payload = msgspec.json.encode([_FORMAT, kind, code_version(), list(identity), [repr(p) for p in parts]])
+def key(kind: str, *parts: Any) -> str:
+    """A stable hex key of an entry of ``kind`` from the parts that decide its content (compared by ``repr``)."""
+    payload = msgspec.json.encode([_FORMAT, kind, code_version(), [repr(p) for p in parts]])
     return hashlib.sha256(payload).hexdigest()[:32]
 
 
-def rank_key(path: str | Path, config: Config, default_rank: int | None) -> str:
-    """The key of a file's ``RankResult`` under ``config``."""
-    return cache_key("rank", file_identity(path), config, default_rank, _shape(RankResult))
+@dataclass(frozen=True)
+class Store:
+    """Entries of one frozen dataclass type ``kind`` under ``folder``, at most ``max_bytes`` after ``trim``.
+
+    DataFrame fields are kept as Parquet (categories and object columns restored exactly), the others as msgpack.
+    A Store is plain data: it can be sent to worker processes, which put what they compute.
+    """
+
+    folder: Path
+    kind: type
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    def __post_init__(self) -> None:
+        if not dataclasses.is_dataclass(self.kind):
+            raise ValueError(f"a Store keeps dataclasses; got {self.kind!r}")
+        if not isinstance(self.max_bytes, int) or self.max_bytes < 0:
+            raise ValueError(f"max_bytes must be a non-negative integer; got {self.max_bytes!r}")
+
+    def entry(self, key: str) -> Path:
+        """The folder of an entry (it may not exist)."""
+        return self.folder / key[:2] / key
+
+    def get(self, key: str):
+        """The value kept under ``key`` (and mark it used), or None when there is none or it cannot be read."""
+        entry = self.entry(key)
+        try:
+            if not entry.is_dir():
+                return None
+            value = _join(self.kind, *_read_entry(entry))
+            os.utime(entry)  # most recently used: trimmed last
+            return value
+        except _ERRORS_READING:  # unreadable, half-removed or from another layout: a miss
+            return None
+
+    def put(self, key: str, value) -> None:
+        """Keep ``value`` under ``key``; a failure to write is a warning, never an error. Does not trim."""
+        try:
+            _write_entry(self.entry(key), *_split(value))
+        except _ERRORS_WRITING as err:
+            warnings.warn(f"tracekit: cache entry not written in {self.folder}: {err}", stacklevel=2)
+
+    def trim(self) -> int:
+        """Remove the least recently used entries until the folder holds at most ``max_bytes``; the bytes removed."""
+        entries = sorted(_entries(self.folder), key=lambda e: e[1])  # oldest use first
+        total = sum(size for _, _, size in entries)
+        removed = 0
+        for path, _, size in entries:
+            if total - removed <= self.max_bytes:
+                break
+            shutil.rmtree(path, ignore_errors=True)
+            removed += size
+        return removed
 
 
-def _entry(cache_dir: Path, key: str) -> Path:
-    return cache_dir / key[:2] / key
+@dataclass(frozen=True)
+class CacheInfo:
+    """What a cache folder holds: its entries and their bytes on disk."""
+
+    folder: Path
+    entries: int
+    bytes: int
 
 
-# --- generic (de)serialisation of a frozen dataclass: DataFrames as Parquet, the rest as msgpack ------------------
+def info(cache_dir: str | Path | None = None) -> CacheInfo:
+    """The entries and bytes of a cache folder (``~/.cache/tracekit`` by default); zero when it does not exist."""
+    folder = resolve_dir(cache_dir)
+    found = list(_entries(folder))
+    return CacheInfo(folder=folder, entries=len(found), bytes=sum(size for _, _, size in found))
+
+
+def clear(cache_dir: str | Path | None = None) -> CacheInfo:
+    """Delete every entry of the cache folder (the folder itself stays); what was removed."""
+    before = info(cache_dir)
+    if before.folder.is_dir():
+        for child in before.folder.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    return before
+
+
+def _entries(folder: Path):
+    """(path, last use ns, bytes) of each entry: folders ``folder/xx/<key>``; half-written ones (``.tmp``) skipped."""
+    if not folder.is_dir():
+        return
+    for shard in os.scandir(folder):
+        if not shard.is_dir() or len(shard.name) != 2:
+            continue
+        for entry in os.scandir(shard.path):
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            try:
+                size = sum(f.stat().st_size for f in os.scandir(entry.path) if f.is_file())
+                yield Path(entry.path), entry.stat().st_mtime_ns, size
+            except OSError:  # removed meanwhile by another process
+                continue
+
+
+# --- (de)serialisation of a frozen dataclass: DataFrames as Parquet, the rest as msgpack --------------------------
 
 def _enc_hook(value):
     if isinstance(value, np.generic):
@@ -94,12 +180,11 @@ def _enc_hook(value):
     raise NotImplementedError(f"cannot cache a {type(value).__name__}")
 
 
-def _write_entry(cache_dir: Path, key: str, tables: dict[str, pd.DataFrame], rest: dict[str, Any]) -> None:
-    final = _entry(cache_dir, key)
+def _write_entry(final: Path, tables: dict[str, pd.DataFrame], rest: dict[str, Any]) -> None:
     if final.exists():
         return
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         layout = {}
         for name, frame in tables.items():
@@ -111,20 +196,16 @@ def _write_entry(cache_dir: Path, key: str, tables: dict[str, pd.DataFrame], res
         (tmp / "tables.msgpack").write_bytes(msgspec.msgpack.encode(layout, enc_hook=_enc_hook))
         os.rename(tmp, final)  # atomic: the entry appears whole or not at all
     except OSError:
-        if final.exists():  # another process wrote the same entry first
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
         shutil.rmtree(tmp, ignore_errors=True)
+        if final.exists():  # another process wrote the same entry first
+            return
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _read_entry(cache_dir: Path, key: str) -> tuple[dict[str, pd.DataFrame], bytes] | None:
-    entry = _entry(cache_dir, key)
-    if not entry.is_dir():
-        return None
+def _read_entry(entry: Path) -> tuple[dict[str, pd.DataFrame], bytes]:
     layout = msgspec.msgpack.decode((entry / "tables.msgpack").read_bytes())
     tables = {name: _restored(pd.read_parquet(entry / f"{name}.parquet", engine="pyarrow"), spec)
               for name, spec in layout.items()}
@@ -168,84 +249,3 @@ def _join(cls: type, tables: dict[str, pd.DataFrame], rest: bytes):
     scalars = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name not in tables}
     values = msgspec.msgpack.decode(rest, type=msgspec.defstruct("_Fields", list(scalars.items())))
     return cls(**tables, **{name: getattr(values, name) for name in scalars})
-
-
-# --- per-rank results ----------------------------------------------------------------------------------------------
-
-def store(cache_dir: str | Path, key: str, result: RankResult) -> None:
-    """Keep ``result`` under ``key``; a failure to write is a warning, never an error."""
-    try:
-        _write_entry(resolve_dir(cache_dir), key, *_split(result))
-    except (OSError, NotImplementedError, msgspec.EncodeError, ValueError, TypeError) as err:
-        warnings.warn(f"tracekit: cache entry not written in {cache_dir}: {err}", stacklevel=2)
-
-
-def load(cache_dir: str | Path, key: str) -> RankResult | None:
-    """The ``RankResult`` kept under ``key``, or None."""
-    try:
-        found = _read_entry(resolve_dir(cache_dir), key)
-        return None if found is None else _join(RankResult, *found)
-    except (OSError, ValueError, TypeError, msgspec.DecodeError):  # unreadable or from another layout: recompute
-        return None
-
-
-def analyze_cached(path: str | Path, config: Config, default_rank: int | None, cache_dir: str | Path,
-                   key: str | None = None) -> RankResult:
-    """``analyze_rank`` through the cache: read the entry if the file is unchanged, else compute and keep it."""
-    key = key or rank_key(path, config, default_rank)
-    hit = load(cache_dir, key)
-    if hit is not None:
-        return hit
-    result = analyze_rank(path, config, default_rank)
-    if rank_key(path, config, default_rank) == key:  # the file did not change while it was read
-        store(cache_dir, key, result)
-    return result
-
-
-# --- per-rank events, for the viewer's timeline ----------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class _RankEvents:
-    meta: RankMeta
-    events: pd.DataFrame
-    comm_args: pd.DataFrame
-
-
-def load_rank_events(path: str | Path, cache_dir: str | Path | None = None, default_rank: int | None = None,
-                     *, cache: bool = True) -> tuple[RankMeta, pd.DataFrame, pd.DataFrame]:
-    """``reader.read_rank(path)`` through the cache: one rank's (meta, events, comm_args) for the timeline.
-
-    The first call parses the trace and keeps its events as Parquet; later calls on the unchanged file read that.
-
-    Example:
-      >>> meta, events, comm = load_rank_events("sample_traces/resnet-gloo-2rank/rank-0.pt.trace.json.gz")
-      >>> meta.rank, list(events.columns[:3])
-      (0, ['rank', 'cat', 'name'])
-    """
-    if not cache:
-        return read_rank(path, default_rank=default_rank)
-    folder = resolve_dir(cache_dir)
-    key = cache_key("events", file_identity(path), default_rank, _shape(_RankEvents))
-    try:
-        found = _read_entry(folder, key)
-        if found is not None:
-            hit = _join(_RankEvents, *found)
-            return hit.meta, hit.events, hit.comm_args
-    except (OSError, ValueError, TypeError, msgspec.DecodeError):
-        pass
-    meta, events, comm_args = read_rank(path, default_rank=default_rank)
-    try:
-        if key == cache_key("events", file_identity(path), default_rank, _shape(_RankEvents)):
-            _write_entry(folder, key, *_split(_RankEvents(meta, events, comm_args)))
-    except (OSError, NotImplementedError, msgspec.EncodeError, ValueError, TypeError) as err:
-        warnings.warn(f"tracekit: cache entry not written in {folder}: {err}", stacklevel=2)
-    return meta, events, comm_args
-
-
-def clear(cache_dir: str | Path | None = None) -> None:
-    """Delete every entry of the cache folder (the folder itself stays)."""
-    folder = resolve_dir(cache_dir)
-    if folder.is_dir():
-        for child in folder.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-

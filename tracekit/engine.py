@@ -14,6 +14,7 @@ paths (a shared folder, or an fsspec URL such as ``s3://bucket/run``).
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import threading
@@ -26,8 +27,9 @@ from tracekit import cache
 from tracekit.config import Config
 from tracekit.errors import NotATraceError, TraceReadError
 from tracekit.rank import RankResult, analyze_rank
+from tracekit.reader import is_url
 
-__all__ = ["EngineOptions", "map_ranks", "default_workers", "ENGINES"]
+__all__ = ["EngineOptions", "map_ranks", "rank_key", "file_identity", "default_workers", "ENGINES"]
 
 ENGINES = ("local", "dask")
 Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
@@ -49,6 +51,7 @@ class EngineOptions:
     workers: local processes; ``None`` is one per core, ``1`` runs everything in this process.
     client: for ``"dask"``: a ``distributed.Client``, or a scheduler address such as ``"tcp://host:8786"``.
     cache_dir: the Parquet cache folder, or ``None`` for no cache.
+    cache_max_bytes: the cache folder is trimmed to this size after each run, least recently used entries first.
     progress: called as ``progress(done, total)`` in this process each time a rank is finished.
     """
 
@@ -56,6 +59,7 @@ class EngineOptions:
     workers: int | None = None
     client: Any = None
     cache_dir: str | Path | None = None
+    cache_max_bytes: int = cache.DEFAULT_MAX_BYTES
     progress: Progress | None = None
 
     def __post_init__(self) -> None:
@@ -84,62 +88,76 @@ class _Failed:
         return self.kind(self.path, self.problem, self.rank)
 
 
-def _rank_task(path: str | Path, config: Config, default_rank: int | None, cache_dir: str | None):
-    """The unit of work, run wherever the engine puts it."""
+def file_identity(path: str | Path) -> tuple:
+    """What says a trace file is unchanged: (resolved path, size, mtime ns), or (URL, the file system's key)."""
+    if is_url(path):
+        import fsspec
+
+        fs, inner = fsspec.core.url_to_fs(str(path))
+        return (str(path), fs.ukey(inner))
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return (str(resolved), stat.st_size, stat.st_mtime_ns)
+
+
+def rank_key(path: str | Path, config: Config, default_rank: int | None) -> str:
+    """The store key of a file's ``RankResult`` under ``config``: a changed file, option or result type misses."""
+    return cache.key("rank", file_identity(path), config, default_rank, cache.shape(RankResult))
+
+
+def _rank_task(path: str | Path, config: Config, default_rank: int | None, store: cache.Store | None = None,
+               store_key: str | None = None):
+    """The unit of work, run wherever the engine puts it: analyse one rank, and keep the result under ``store_key``."""
     try:
-        if cache_dir is not None:
-            return cache.analyze_cached(path, config, default_rank, cache_dir)
-        return analyze_rank(path, config, default_rank)
+        result = analyze_rank(path, config, default_rank)
     except TraceReadError as err:
         return _Failed(type(err), err.path, err.problem, err.rank)
+    if store is not None and store_key is not None and _key_here(path, config, default_rank) == store_key:
+        store.put(store_key, result)  # only when the file did not change while it was read
+    return result
 
 
 def map_ranks(files: Sequence[str | Path], config: Config, default_rank: int | None,
               options: EngineOptions = EngineOptions()) -> list[RankResult | NotATraceError]:
     """``analyze_rank`` over ``files``, in file order: a RankResult per trace, the NotATraceError of a non-trace.
 
-    Any other read error (a truncated file, invalid JSON) is raised as soon as it is seen; the rest is cancelled.
+    With a cache folder, a rank whose key is in the store is read from it and not analysed; the others are
+    analysed and put. Each result's file path is the one given here, whoever filled its entry. Any other read
+    error (a truncated file, invalid JSON) is raised as soon as it is seen; the rest is cancelled.
     """
     files = list(files)
-    outcomes: list[Any] = [None] * len(files)
-    todo = list(range(len(files)))
+    store = None if options.cache_dir is None else cache.Store(Path(options.cache_dir), RankResult,
+                                                               options.cache_max_bytes)
+    keys = [_key_here(file, config, default_rank) if store is not None else None for file in files]
+    outcomes: list[Any] = [store.get(k) if k is not None else None for k in keys]
+    todo = [i for i, hit in enumerate(outcomes) if hit is None]
     tick = _Ticker(len(files), options.progress)
-    if options.cache_dir is not None:  # hits are read here: no worker is started for a run that is all cached
-        todo = []
-        for i, file in enumerate(files):
-            hit = _cached(file, config, default_rank, options.cache_dir)
-            if hit is None:
-                todo.append(i)
-            else:
-                outcomes[i] = hit
-                tick()
+    for _ in range(len(files) - len(todo)):  # hits are read here: no worker starts for a run that is all cached
+        tick()
     if todo:
         run = _run_dask if options.kind == "dask" else _run_local
-        run([files[i] for i in todo], config, default_rank, options, todo, outcomes, tick)
-    return [_outcome(o) for o in outcomes]
-
-
-def _cached(file, config, default_rank, cache_dir) -> RankResult | None:
-    try:
-        return cache.load(cache_dir, cache.rank_key(file, config, default_rank))
-    except OSError:  # the file is gone or unreadable: its own read will name the problem
-        return None
+        run([files[i] for i in todo], config, default_rank, options, todo, outcomes, tick, store,
+            [keys[i] for i in todo])
+    if store is not None:
+        store.trim()
+    return [_outcome(o, file) for o, file in zip(outcomes, files)]
 
 
 def _key_here(file, config, default_rank) -> str | None:
     try:
-        return cache.rank_key(file, config, default_rank)
-    except OSError:  # a path only the cluster sees: not cached
+        return rank_key(file, config, default_rank)
+    except OSError:  # gone, unreadable, or a path only the cluster sees: not cached; its read names the problem
         return None
 
 
-def _outcome(value):
+def _outcome(value, file):
     if isinstance(value, _Failed):
         error = value.error()
         if isinstance(error, NotATraceError):
             return error
         raise error
-    return value
+    # The path of this call, not of the call that filled the store entry (a relative path from another folder).
+    return dataclasses.replace(value, meta=dataclasses.replace(value.meta, path=str(file)))
 
 
 class _Ticker:
@@ -152,18 +170,17 @@ class _Ticker:
             self.progress(self.done, self.total)
 
 
-def _run_local(files, config, default_rank, options, slots, outcomes, tick) -> None:
+def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
     workers = min(options.workers or default_workers(), len(files))
-    cache_dir = None if options.cache_dir is None else str(options.cache_dir)
     if workers == 1:
-        for file, slot in zip(files, slots):
-            outcomes[slot] = _rank_task(file, config, default_rank, cache_dir)
+        for file, slot, key in zip(files, slots, keys):
+            outcomes[slot] = _rank_task(file, config, default_rank, store, key)
             _raise_if_fatal(outcomes[slot])
             tick()
         return
     with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
-        pending = {pool.submit(_rank_task, file, config, default_rank, cache_dir): slot
-                   for file, slot in zip(files, slots)}
+        pending = {pool.submit(_rank_task, file, config, default_rank, store, key): slot
+                   for file, slot, key in zip(files, slots, keys)}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -192,7 +209,7 @@ def _context():
                                        else "spawn")
 
 
-def _run_dask(files, config, default_rank, options, slots, outcomes, tick) -> None:
+def _run_dask(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
     try:
         from distributed import Client, as_completed
     except ImportError as err:  # pragma: no cover - depends on the install
@@ -201,16 +218,15 @@ def _run_dask(files, config, default_rank, options, slots, outcomes, tick) -> No
     client = Client(options.client) if own else options.client
     try:
         # pure=False: a rerun after a trace changed must not be answered from the cluster's memory of the last one.
-        # The cache stays with the caller: entries are keyed on what this process sees of each file, before the run.
-        keys = [_key_here(file, config, default_rank) if options.cache_dir is not None else None for file in files]
-        futures = client.map(_rank_task, files, config=config, default_rank=default_rank, cache_dir=None, pure=False)
+        # The store stays with the caller: entries are keyed on what this process sees of each file, before the run.
+        futures = client.map(_rank_task, files, config=config, default_rank=default_rank, pure=False)
         index_of = {future.key: i for i, future in enumerate(futures)}
         for future in as_completed(futures):
             i = index_of[future.key]
             outcomes[slots[i]] = value = future.result()
             _raise_if_fatal(value)
-            if keys[i] is not None and isinstance(value, RankResult):
-                cache.store(options.cache_dir, keys[i], value)
+            if store is not None and keys[i] is not None and isinstance(value, RankResult):
+                store.put(keys[i], value)
             tick()
     finally:
         if own:

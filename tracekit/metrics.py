@@ -25,11 +25,6 @@ def window_steps(steps: pd.DataFrame, window: str) -> pd.DataFrame:
     return steps[(steps["step"] < last) | (count == 1)]
 
 
-def device_view(events: pd.DataFrame, steps: pd.DataFrame, window: str) -> pd.DataFrame:
-    """Device events inside the window: rank, kind, start_ns, end_ns, step, launch_ns, name."""
-    return in_window(all_device_events(events), steps, window)
-
-
 def all_device_events(events: pd.DataFrame) -> pd.DataFrame:
     """Every device event with a usable duration: rank, kind, start_ns, end_ns, step, launch_ns, name."""
     dev = events[events["kind"].notna() & (events["dur_ns"] >= 0)]

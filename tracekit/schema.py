@@ -25,8 +25,6 @@ from __future__ import annotations
 
 KINDS = ("compute", "comm", "memory")
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv", "barrier", "other")
-
 # The events table: one row per complete ("X") event of every rank (for a GPU rank's analysis, without the CPU ops
 # it never reads: see reader.read_rank's host_ops).
 EVENT_COLUMNS = {
