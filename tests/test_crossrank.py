@@ -158,7 +158,8 @@ def _finding_run(tmp_path, rank_events, **top):
 
 def test_exposed_comm_finding(tmp_path):
     ev = steps(3) + [kernel("gemm_bf16", 0, 400), kernel(NCCL, 400, 400, stream=20, **AR),
-                     kernel("gemm_bf16", 1000, 400), kernel(NCCL, 1400, 400, stream=20, **AR)]
+                     kernel("gemm_bf16", 1000, 400), kernel(NCCL, 1400, 400, stream=20, **AR),
+                     cpu("DistributedDataParallel.forward", 1, 300, cat="user_annotation")]  # DDP's advice needs DDP
     s = _finding_run(tmp_path, {0: ev})
     f = next(f for f in s.findings if f.kind == "exposed_comm")
     assert f.severity == "high" and f.ranks == (0,) and f.evidence["share"] == pytest.approx(800 / 1800)

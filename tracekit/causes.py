@@ -24,6 +24,8 @@ SYNC_CALL = re.compile(r"(?i)synchronize$|^(cuda|hip)memcpy(withstream)?$|^(cuda
 DATA_LOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 HOST_COMM = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:|rccl:)|::wait$|^c10d::wait")
 DATA_PARALLEL_OP = "DataParallel.forward"  # torch.nn.DataParallel's forward: seen only when DataParallel runs
+# DistributedDataParallel's forward and its gradient reducer: seen only when DDP runs (and so communicates).
+DDP_OP = re.compile(r"^DistributedDataParallel\.forward$|^torch\.distributed\.ddp\.reducer::")
 REDUCED_PRECISION = re.compile(r"(?i)bf16|fp16|f16|half|bfloat16|h884|h1688|h16816|hmma|fp8|e4m3|e5m2")
 
 
@@ -62,7 +64,7 @@ def idle_by_cause(gaps: pd.DataFrame) -> dict[str, float]:
 
 def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.DataFrame | None) -> dict:
     """Facts the findings need: sync calls inside the window's steps (``None``: the whole trace), DataParallel,
-    reduced-precision compute time."""
+    DistributedDataParallel, the GPU runtime (``cuda``/``hip``), reduced-precision compute time."""
     names = events["name"].cat.categories
     sync_names = names[[SYNC_CALL.search(n) is not None for n in names]]
     sync = events[events["name"].isin(sync_names)]
@@ -78,6 +80,21 @@ def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.Data
     return {
         "sync_calls": int(len(sync)),
         "data_parallel": bool(events["name"].isin([DATA_PARALLEL_OP]).any()),
+        "ddp": _seen(events, DDP_OP),
+        "gpu_runtime": _runtime(events),
         "reduced_precision_us": iv.total(*reduced_sets) / 1e3,
         "compute_kernel_us": iv.total(*compute_sets) / 1e3,
     }
+
+
+def _seen(events: pd.DataFrame, pattern: re.Pattern) -> bool:
+    names = events["name"].cat.categories
+    return bool(events["name"].isin(names[[pattern.search(n) is not None for n in names]]).any())
+
+
+def _runtime(events: pd.DataFrame) -> str | None:
+    """``hip`` or ``cuda`` from the names of the runtime calls (ROCm's are hip*); None when the trace has none."""
+    calls = [str(n) for n in pd.unique(events.loc[events["cat"] == "cuda_runtime", "name"].to_numpy())]
+    if any(n.startswith("hip") for n in calls):
+        return "hip"
+    return "cuda" if any(n.startswith("cuda") for n in calls) else None

@@ -7,6 +7,7 @@ here so a reader can see exactly when a finding fires.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -22,9 +23,49 @@ SYNC_IDLE_SHARE = 0.01
 REDUCED_PRECISION_SHARE = 0.01        # of compute-kernel time
 BUSBW_SHARE = 0.25                    # of the link's bandwidth
 LARGE_MESSAGE_BYTES = 16e6            # smaller all-reduces are latency-bound, not bandwidth-bound
+DOMINANT_OP_SHARE = 0.20              # of communication time: an op this large gets its own advice
 
-# Per-GPU one-way NVLink bandwidth (GB/s) by device name: what nccl-tests' busbw is compared with on one node.
+# Per-GPU one-way GPU-to-GPU link bandwidth (GB/s) by device name (NVLink on NVIDIA, Infinity Fabric on AMD):
+# what nccl-tests' busbw is compared with on one node.
 LINK_GBPS = {"H200": 450.0, "H100": 450.0, "B200": 900.0, "A100": 300.0, "V100": 150.0, "MI300": 448.0, "MI250": 400.0}
+
+# The vendor decides how the link is named and inspected. ROCm's runtime calls are hip*, CUDA's cuda*; device names
+# settle traces without runtime calls. Unknown vendor: nothing vendor-specific is said.
+_AMD_NAME = re.compile(r"(?i)\bamd\b|radeon|instinct|\bmi\d{2,3}")
+_NVIDIA_NAME = re.compile(r"(?i)nvidia|tesla|geforce|quadro|titan|\b(gb|gh)?[abhlv]\d{2,3}\b")
+_VENDOR = {
+    "nvidia": {"link": "NVLink", "inspect": "nvidia-smi topo -m; NCCL_DEBUG=INFO for the chosen transport",
+               "graphs": "CUDA graphs", "matrix": "tensor cores"},
+    "amd": {"link": "Infinity Fabric", "inspect": "rocm-smi --showtopo; NCCL_DEBUG=INFO, which RCCL reads too, for the "
+            "chosen transport", "graphs": "HIP graphs (torch.cuda.CUDAGraph on ROCm)", "matrix": "matrix cores"},
+    None: {"link": "GPU-to-GPU link", "inspect": "the GPU topology and the communication library's chosen transport",
+           "graphs": "device graphs (CUDA/HIP graphs)", "matrix": "tensor/matrix cores"},
+}
+
+# Advice per collective op: what usually shrinks exposed time of that op. DDP's knobs only where DDP runs.
+_OP_ADVICE = {
+    "all_reduce": "all_reduce: issue it asynchronously (async_op=True) as each tensor is ready and wait only where the "
+                  "result is needed, and flatten small tensors into fewer, larger calls.",
+    "ddp_all_reduce": "all_reduce from DDP's gradient reducer: tune bucket_cap_mb (fewer, larger buckets cut per-call "
+                      "cost; smaller ones start earlier), pass gradient_as_bucket_view=True, and accumulate gradients "
+                      "under no_sync() so the all-reduce runs once per optimizer step.",
+    "all_gather": "all_gather / reduce_scatter (sharded parameters, FSDP or ZeRO): prefetch the next gather while this "
+                  "layer computes (FSDP forward_prefetch=True, backward_prefetch=BACKWARD_PRE), wrap larger units so "
+                  "calls are fewer and bigger, and keep gathers inside a node (hybrid sharding) when the job spans nodes.",
+    "all_to_all": "all_to_all (embedding tables sharded across ranks as in DLRM/TorchRec, or mixture-of-experts "
+                  "dispatch): pipeline the exchange behind dense compute (TorchRec's TrainPipelineSparseDist), send "
+                  "less (fp16/bf16 quantized communication, smaller embedding dims or expert capacity), and balance "
+                  "the sharding so no rank sends more than the others.",
+    "broadcast": "broadcast: send only what changed, once, outside the step.",
+    "ddp_broadcast": "broadcast from DDP's buffer sync: DistributedDataParallel(broadcast_buffers=False) when the "
+                     "buffers need no sync each step.",
+    "send": "send / recv (pipeline stages): more micro-batches per step or an interleaved schedule shrink the bubble; "
+            "post receives early so transfers run under compute.",
+    "barrier": "barrier: take barriers out of the step (logging and checkpoint coordination belong outside it).",
+    "other": "calls of unnamed op (the collectives table's name column lists them): overlap them with compute and "
+             "batch them into fewer, larger calls.",
+}
+_ADVICE_KEY = {"reduce_scatter": "all_gather", "recv": "send"}
 
 
 @dataclass(frozen=True)
@@ -67,13 +108,59 @@ def _exposed_comm(ranks, collectives, stragglers, run):
     if level is None:
         return []
     hit = ranks.loc[share >= EXPOSED_COMM_SHARE[0], "rank"]
+    ops = op_shares(collectives, hit)
+    dominant = dominant_ops(ops)
+    ddp = _flag(ranks, hit, "ddp")
+    named = ", ".join(f"{op} {ops[op]:.0%}" for op in dominant)
+    advice = list(dict.fromkeys(_op_advice(op, ddp) for op in dominant))
     return [Finding(
         "exposed_comm", level, tuple(int(r) for r in hit),
-        f"Communication not hidden under compute takes up to {worst:.0%} of the device time (ranks {_list(hit)}).",
-        "Overlap all-reduce with backward: tune DDP bucket_cap_mb (fewer, larger buckets cut per-call cost; smaller "
-        "ones start earlier), pass gradient_as_bucket_view=True, accumulate gradients under no_sync() so the "
-        "all-reduce runs once per optimizer step, and prefer fewer, larger collectives.",
-        {"share": worst, "exposed_comm_us": float(ranks["exposed_comm_us"].max()), "threshold": EXPOSED_COMM_SHARE[0]})]
+        f"Communication not hidden under compute takes up to {worst:.0%} of the device time (ranks {_list(hit)})"
+        + (f"; by op, {named} of the communication time." if dominant else "."),
+        " ".join(advice or ["Overlap communication with compute and prefer fewer, larger collectives."]),
+        {"share": worst, "exposed_comm_us": float(ranks["exposed_comm_us"].max()), "threshold": EXPOSED_COMM_SHARE[0],
+         "op_shares": ops, "ddp": ddp})]
+
+
+def op_shares(collectives: pd.DataFrame, ranks) -> dict[str, float]:
+    """Share of the summed call time of the window's collectives on ``ranks``, per op, largest first."""
+    calls = collectives[collectives["in_window"].astype(bool) & collectives["rank"].isin(list(ranks))]
+    per_op = calls.groupby(calls["op"].astype(str))["dur_us"].sum()
+    total = float(per_op.sum())
+    if total <= 0:
+        return {}
+    per_op = per_op[per_op > 0].sort_values(ascending=False, kind="stable")
+    return {str(op): float(v) / total for op, v in per_op.items()}
+
+
+def dominant_ops(shares: dict[str, float]) -> list[str]:
+    """The ops worth advice: the largest, and any other with at least ``DOMINANT_OP_SHARE`` of the time."""
+    return [op for i, (op, v) in enumerate(shares.items()) if i == 0 or v >= DOMINANT_OP_SHARE]
+
+
+def _op_advice(op: str, ddp: bool) -> str:
+    key = _ADVICE_KEY.get(op, op)
+    if ddp and f"ddp_{key}" in _OP_ADVICE:
+        return _OP_ADVICE[f"ddp_{key}"]
+    return _OP_ADVICE.get(key, _OP_ADVICE["other"])
+
+
+def _flag(ranks: pd.DataFrame, hit, column: str) -> bool:
+    """Whether a host fact (``ddp``) holds on any of the ranks ``hit``; False when the table lacks it."""
+    if column not in ranks:
+        return False
+    return bool(ranks.loc[ranks["rank"].isin(list(hit)), column].fillna(False).astype(bool).any())
+
+
+def gpu_vendor(ranks: pd.DataFrame, run: dict) -> str | None:
+    """``amd``, ``nvidia`` or None (unknown): from the runtime calls' names, else the device names."""
+    runtimes = set(ranks["gpu_runtime"].dropna()) if "gpu_runtime" in ranks else set()
+    names = [str(n) for n in run.get("device_names", [])]
+    if "hip" in runtimes or any(_AMD_NAME.search(n) for n in names):
+        return "amd"
+    if "cuda" in runtimes or any(_NVIDIA_NAME.search(n) for n in names):
+        return "nvidia"
+    return None
 
 
 def _straggler(ranks, collectives, stragglers, run):
@@ -107,9 +194,10 @@ def _data_loading(ranks, collectives, stragglers, run):
 
 def _host_bound(ranks, collectives, stragglers, run):
     gpu = ranks[ranks["device"] != "cpu"]
+    graphs = _VENDOR[gpu_vendor(gpu, run)]["graphs"]
     return _idle_finding(gpu, "idle_host_us", HOST_IDLE_SHARE, "host_bound",
                          "The GPU idles waiting for kernel launches for up to {share:.0%} of its time (ranks {ranks}).",
-                         "Cut launch overhead: capture the step with CUDA graphs or torch.compile(mode='reduce-overhead'), "
+                         f"Cut launch overhead: capture the step with {graphs} or torch.compile(mode='reduce-overhead'), "
                          "fuse small ops, or raise the per-GPU batch size.")
 
 
@@ -161,12 +249,13 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
     hit = gpu[share < REDUCED_PRECISION_SHARE]
     if hit.empty:
         return []
+    matrix = _VENDOR[gpu_vendor(gpu, run)]["matrix"]
     return [Finding(
         "no_reduced_precision", "medium", tuple(int(r) for r in hit["rank"]),
-        f"Only {float(share[hit.index].max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with tensor "
-        f"cores (ranks {_list(hit['rank'])}).",
+        f"Only {float(share[hit.index].max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with {matrix} "
+        f"(ranks {_list(hit['rank'])}).",
         "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss "
-        "(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on tensor cores.",
+        f"(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on {matrix}.",
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
 
 
@@ -186,13 +275,18 @@ def _low_busbw(ranks, collectives, stragglers, run):
     achieved = float(np.nanmedian(calls["bytes"] / seconds / 1e3 * 2 * (n - 1) / n))
     if not achieved < BUSBW_SHARE * link:
         return []
+    hit = sorted(int(r) for r in calls["rank"].unique())
+    vendor = _VENDOR[gpu_vendor(ranks, run)]
+    ddp = _flag(ranks, hit, "ddp")
+    size = "keep DDP's buckets large enough (bucket_cap_mb) " if ddp else "send fewer, larger all-reduces "
     return [Finding(
-        "low_busbw", "medium", tuple(int(r) for r in sorted(calls["rank"].unique())),
+        "low_busbw", "medium", tuple(hit),
         f"Large all-reduces reach a median bus bandwidth of {achieved:.0f} GB/s, {achieved / link:.0%} of the "
-        f"{link:.0f} GB/s NVLink of these GPUs.",
-        "Check the interconnect (nvidia-smi topo -m; NCCL_DEBUG=INFO for the chosen transport), avoid "
-        "PCIe/host-staged paths, and keep buckets large enough (bucket_cap_mb) to be bandwidth-bound.",
-        {"share": 1 - achieved / link, "busbw_gbps": achieved, "link_gbps": link, "calls": int(len(calls))})]
+        f"{link:.0f} GB/s {vendor['link']} of these GPUs.",
+        f"Check the interconnect ({vendor['inspect']}), avoid PCIe/host-staged paths, and {size}to be "
+        "bandwidth-bound.",
+        {"share": 1 - achieved / link, "busbw_gbps": achieved, "link_gbps": link, "calls": int(len(calls)),
+         "ddp": ddp})]
 
 
 def _list(ranks) -> str:

@@ -88,6 +88,8 @@ RANK_COLUMNS = {
     "reduced_precision_us": "union of compute kernels whose names say fp16/bf16/fp8",
     "compute_kernel_us": "union of compute events (the denominator for reduced_precision_us)",
     "compute_major": "CUDA compute capability major of the GPUs (NaN when not in the trace)",
+    "ddp": "DistributedDataParallel seen in the trace (its forward or its gradient reducer's ops)",
+    "gpu_runtime": "cuda or hip, from the names of the runtime calls; None without any (CPU ranks)",
     "comm_wait_us": "wall-clock time in matched collectives before the last rank arrived (union)",
     "comm_transfer_us": "wall-clock time in matched collectives after the last rank arrived (union)",
     "last_arrivals": "matched collectives this rank started strictly last; missing when none matched",
