@@ -1,12 +1,13 @@
 """The harness every workload shares: launch, distributed setup, profiling, trace naming, step timing and run.json.
 
-A workload calls `main(train, cfg, name, summary)`; `train(rank, cfg)` then runs in every rank with the group up.
-Launching:
+`main(train, cfg, name, summary)` runs `train(rank, cfg)` in every rank with the process group up; workloads use it
+through `training.main`, which supplies the shared loop as `train`. Launching:
 - under `torchrun` (RANK and WORLD_SIZE in the environment) each process is one rank;
-- otherwise one process per visible GPU with NCCL, or `cfg.nproc` CPU ranks with gloo, spawned here;
+- otherwise one process per visible GPU with NCCL, or `cfg.nproc` CPU ranks with gloo, started with
+  `torch.multiprocessing`;
 - `--mode dp` runs one process with DataParallel and no process group.
 If a rank raises, it reports first, then the launcher stops the others and names it.
-The process group is always destroyed.
+The process group is always destroyed. `--out` never overwrites an earlier run unless `--force` is given.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import multiprocessing as mp
-import multiprocessing.connection
+import logging
 import os
 import signal
 import socket
@@ -23,19 +23,26 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from workloads.config import ConfigError, TrainConfig, fail
-from workloads.training import Rank, global_batch
 
 TRACE_NAME = "rank-{rank}.pt.trace.json.gz"
+TRACE_GLOB = "rank-*.pt.trace.json.gz"
 RUN_JSON = "run.json"
 STOP_GRACE_S = 3.0
+# Kineto's own log lines on CPU ranks: two `USDT ... profiler_start/stop` markers per rank, and, where torch is a CUDA
+# build on a machine without the NVIDIA driver, `ERROR ... gpuGetDeviceCount failed with code 35` (cudaErrorInsufficient
+# Driver) when it looks for device properties to put in the trace. Neither affects the trace. Level 6 is above all of
+# Kineto's levels; a KINETO_LOG_LEVEL already set (e.g. 0 for everything) wins. GPU ranks keep Kineto's default, where
+# an ERROR line (CUPTI failing, say) can mean kernels are missing from the trace.
+KINETO_QUIET_LEVEL = "6"
 
 
 def trace_name(rank: int) -> str:
@@ -43,19 +50,48 @@ def trace_name(rank: int) -> str:
     return TRACE_NAME.format(rank=rank)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Rank:
+    """Where this process sits in the job."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str | None  # None: no process group (DataParallel)
+    device: torch.device
+    device_names: tuple[str, ...]  # one per rank
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def process_batch(cfg: TrainConfig, rank: Rank) -> int:
+    """Samples per micro-batch in this process: --batch-size, times the GPU count for DataParallel, which splits it."""
+    return cfg.batch_size * (len(rank.device_names) if rank.backend is None else 1)
+
+
+def global_batch(cfg: TrainConfig, rank: Rank) -> int:
+    """Samples per optimizer step over all ranks and micro-batches."""
+    return process_batch(cfg, rank) * cfg.accum * rank.world_size
+
+
 # ---------------------------------------------------------------------------------------------- launch
 
 def main(train: Callable[[Rank, Any], None], cfg: TrainConfig, name: str, summary: str) -> None:
     """Run `train` on every rank of the job `cfg` describes, after one line saying where and what (`summary`).
 
-    Exits with code 2 and one line when the machine cannot run `cfg`, with code 1 naming the rank when a rank fails.
+    Exits with code 2 and one line when the machine cannot run `cfg` or `--out` holds a run (without `--force`), with
+    code 1 naming the rank when a rank fails.
     """
     prog = f"workloads.{name}"
     try:
         _check_machine(cfg)
-        announce(f"{prog}: {machine(cfg)}; {summary}")
         if cfg.out is None:  # under torchrun every rank makes one; rank 0's wins in `_run_rank`
             cfg = replace(cfg, out=default_out(name))
+        elif os.environ.get("RANK", "0") == "0":
+            claim_out(Path(cfg.out), force=cfg.force)
+        announce(f"{prog}: {machine(cfg)}; {summary}")
         _launch(train, cfg)
     except ConfigError as e:
         fail(prog, str(e))
@@ -73,6 +109,24 @@ def _check_machine(cfg: TrainConfig) -> None:
 
 def default_out(name: str) -> str:
     return f"runs/{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def claim_out(out: Path, *, force: bool) -> None:
+    """Make sure writing a run into `out` loses nothing: refuse a folder that holds a run, unless `force`.
+
+    A run is a `run.json` or a rank trace. With `force` those files (and only those) are deleted first, so that traces
+    of an earlier run with more ranks cannot mix with the new ones.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder")
+    ours = sorted([*out.glob(RUN_JSON), *out.glob(TRACE_GLOB)]) if out.is_dir() else []
+    if not ours:
+        return
+    if not force:
+        raise ConfigError(f"--out {out} already holds a run ({', '.join(p.name for p in ours[:3])}"
+                          f"{', ...' if len(ours) > 3 else ''}); pick another folder, or add --force to replace it")
+    for path in ours:
+        path.unlink()
 
 
 class RankFailed(RuntimeError):
@@ -118,25 +172,23 @@ def _free_port() -> int:
 
 
 def _spawn(train: Callable, cfg: TrainConfig, world: int, env: dict[str, str]) -> None:
-    """Start `world` rank processes; if one fails, stop the rest and raise `RankFailed` naming the first to fail."""
-    ctx = mp.get_context("spawn")
-    reports = ctx.SimpleQueue()  # a failing rank puts (rank, traceback) here before it tears its group down
-    procs = [ctx.Process(target=_child, args=(r, world, env, train, cfg, reports), name=f"rank-{r}")
-             for r in range(world)]
-    for p in procs:
-        p.start()
+    """Start `world` ranks with torch.multiprocessing; if one fails, stop the rest and raise `RankFailed` naming it.
+
+    torch.multiprocessing names the first process whose exit it sees, which can be a rank that failed only because the
+    culprit's sockets closed. So each rank also reports its own failure, before tearing its group down, to `reports`:
+    the first report is the root cause.
+    """
+    reports = mp.get_context("spawn").SimpleQueue()
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # "Terminating process ..." lines
+    job = mp.start_processes(_child, args=(world, env, train, cfg, reports), nprocs=world, join=False,
+                             start_method="spawn")
     try:
-        first_dead = _wait_for_failure(procs)
-    except KeyboardInterrupt:
-        _stop(procs)
-        raise
-    if first_dead is None:
-        return
-    _stop(procs)
-    # The first report is the root cause: the others fail only once its sockets close or the timeout passes.
-    rank, trace = reports.get() if not reports.empty() else (first_dead, f"exit code {procs[first_dead].exitcode}")
-    print(trace, file=sys.stderr, end="")
-    raise RankFailed(f"rank {rank} failed: {_last_line(trace)} (the other {world - 1} ranks were stopped)")
+        while not job.join(grace_period=STOP_GRACE_S):
+            pass
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+        rank, trace = reports.get() if not reports.empty() else (e.error_index, f"{e}\n")
+        print(trace, file=sys.stderr, end="")
+        raise RankFailed(f"rank {rank} failed: {_last_line(trace)} (the other {world - 1} ranks were stopped)") from None
 
 
 def _last_line(text: str) -> str:
@@ -145,30 +197,6 @@ def _last_line(text: str) -> str:
 
 def _describe(e: Exception) -> str:
     return _last_line(f"{type(e).__name__}: {e}")
-
-
-def _wait_for_failure(procs: list[mp.Process]) -> int | None:
-    """Block until all exit 0 (None) or one exits non-zero (its index)."""
-    alive = {p.sentinel: i for i, p in enumerate(procs)}
-    while alive:
-        for sentinel in multiprocessing.connection.wait(list(alive)):
-            i = alive.pop(sentinel)
-            procs[i].join()
-            if procs[i].exitcode != 0:
-                return i
-    return None
-
-
-def _stop(procs: list[mp.Process]) -> None:
-    """Give the others a moment to fail on their own, then SIGTERM, then SIGKILL."""
-    for action in (None, mp.Process.terminate, mp.Process.kill):
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in procs:
-            if action is not None and p.is_alive():
-                action(p)
-            p.join(max(0.0, deadline - time.monotonic()))
-        if not any(p.is_alive() for p in procs):
-            return
 
 
 def _child(rank: int, world: int, env: dict[str, str], train: Callable, cfg: TrainConfig, reports) -> None:
@@ -257,6 +285,8 @@ def profiling(cfg: TrainConfig, rank: Rank) -> Iterator[torch.profiler.profile |
     activities = [torch.profiler.ProfilerActivity.CPU]
     if rank.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    else:
+        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)  # read when Kineto starts, just below
     schedule = torch.profiler.schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=1)
     with torch.profiler.profile(activities=activities, schedule=schedule, record_shapes=True,
                                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:

@@ -43,6 +43,7 @@ class TrainConfig:
     warmup: int = 1
     active: int = 3
     out: str | None = None
+    force: bool = False
     straggler_rank: int | None = None
     straggler_ms: float = 0.0
     fail_rank: int | None = None
@@ -105,7 +106,8 @@ def base_parser(prog: str, manual: str) -> Parser:
     run.add_argument("--pin-memory", action="store_true", help="pin host memory in the DataLoader (GPU only)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--lr", type=float, help="learning rate")
-    run.add_argument("--out", help="output folder (default runs/<workload>-<timestamp>/)")
+    run.add_argument("--out", help="output folder (default runs/<workload>-<timestamp>/); one holding a run is refused")
+    run.add_argument("--force", action="store_true", help="let --out replace the run already in it")
     par = p.add_argument_group("parallelism and precision")
     par.add_argument("--mode", choices=PARALLEL_MODES, default="ddp",
                      help="ddp: one process per GPU (or CPU rank); dp: DataParallel in one process, needs GPUs")

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from workloads import common, training
+from workloads import training
 from workloads.config import ConfigError, TrainConfig, base_parser, build
-from workloads.data import SyntheticTokens, batches
+from workloads.data import SyntheticTokens
 from workloads.gpt_model import GPT, GPTShape
-from workloads.training import Rank
 
 GPU_DEFAULTS = dict(vocab_size=50304, seq_len=1024, n_layer=12, n_head=12, n_embd=768,
                     batch_size=8, steps=30, workers=2, lr=6e-4)
@@ -84,43 +83,32 @@ def parse_config(argv: list[str] | None = None) -> tuple[GPTConfig, str]:
     return cfg, summary
 
 
-# ----------------------------------------------------------------------------------------------- train
+# ------------------------------------------------------------------------------------ model and training
 
-def train(rank: Rank, cfg: GPTConfig) -> None:
-    torch.manual_seed(cfg.seed)
-    dataset = SyntheticTokens(training.global_batch(cfg, rank) * cfg.steps, cfg.seq_len, cfg.vocab_size, cfg.seed)
-    stream = batches(dataset, batch_size=training.process_batch(cfg, rank), rank=rank.rank,
-                     world_size=rank.world_size, workers=cfg.workers, seed=cfg.seed,
-                     pin_memory=cfg.pin_memory and rank.device.type == "cuda")
+def build_model(cfg: GPTConfig) -> torch.nn.Module:
+    return GPT(cfg.shape)
 
-    model = training.wrap_model(GPT(cfg.shape), cfg, rank)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
-    scaler = training.grad_scaler(cfg, rank)
 
-    clock = common.StepClock(cfg, rank)
-    with common.profiling(cfg, rank) as prof:
-        for step in range(cfg.steps):
-            clock.start()
-            for i in range(cfg.accum):
-                x, y = (t.to(rank.device, non_blocking=True) for t in next(stream))
-                with training.micro_batch(model, cfg, rank, step, i):
-                    with training.autocast(cfg, rank):
-                        logits = model(x)
-                        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten()) / cfg.accum
-                    scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            clock.stop(step, loss.item() * cfg.accum)
-            if prof is not None:
-                prof.step()
-    if rank.is_main:
-        print(f"wrote {common.write_run_json(cfg, rank, clock, model, 'gpt')}", flush=True)
+def make_dataset(cfg: GPTConfig, samples: int) -> SyntheticTokens:
+    return SyntheticTokens(samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
+
+
+def lm_loss(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], cfg: GPTConfig) -> torch.Tensor:
+    """Next-token cross-entropy over every position."""
+    x, y = batch
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+
+def adamw(params, cfg: GPTConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1)
+
+
+WORKLOAD = training.Workload(name="gpt", model=build_model, dataset=make_dataset, loss=lm_loss, optimizer=adamw)
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg, summary = parse_config(argv)
-    common.main(train, cfg, "gpt", summary)
+    training.main(WORKLOAD, cfg, summary)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,9 @@ import torch
 import torchvision
 from torch import nn
 
-from workloads import common, training
+from workloads import training
 from workloads.config import ConfigError, TrainConfig, base_parser, build
-from workloads.data import SyntheticImages, batches
+from workloads.data import SyntheticImages
 from workloads.training import Rank
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101")
@@ -101,48 +101,46 @@ def make_dataset(cfg: ResNetConfig, samples: int) -> torch.utils.data.Dataset:
     return torchvision.datasets.CIFAR10(cfg.cifar10, train=True, download=False, transform=transform)
 
 
-# ----------------------------------------------------------------------------------------------- train
+# ------------------------------------------------------------------------------------ model and training
 
-def train(rank: Rank, cfg: ResNetConfig) -> None:
-    torch.manual_seed(cfg.seed)
-    dataset = make_dataset(cfg, samples=training.global_batch(cfg, rank) * cfg.steps)
-    stream = batches(dataset, batch_size=training.process_batch(cfg, rank), rank=rank.rank,
-                     world_size=rank.world_size, workers=cfg.workers, seed=cfg.seed,
-                     pin_memory=cfg.pin_memory and rank.device.type == "cuda")
+def build_model(cfg: ResNetConfig) -> nn.Module:
+    model = torchvision.models.get_model(cfg.model, num_classes=_classes(cfg))
+    return model.to(memory_format=_memory_format(cfg))
 
-    classes = len(dataset.classes)
-    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    model = torchvision.models.get_model(cfg.model, num_classes=classes).to(memory_format=memory_format)
-    model = training.wrap_model(model, cfg, rank)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, weight_decay=5e-5)
-    scaler = training.grad_scaler(cfg, rank)
-    criterion = nn.CrossEntropyLoss()
 
-    clock = common.StepClock(cfg, rank)
-    with common.profiling(cfg, rank) as prof:
-        for step in range(cfg.steps):
-            clock.start()
-            for i in range(cfg.accum):
-                images, labels = next(stream)
-                images = images.to(rank.device, non_blocking=True, memory_format=memory_format)
-                labels = labels.to(rank.device, non_blocking=True)
-                with training.micro_batch(model, cfg, rank, step, i):
-                    with training.autocast(cfg, rank):
-                        loss = criterion(model(images), labels) / cfg.accum
-                    scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            clock.stop(step, loss.item() * cfg.accum)
-            if prof is not None:
-                prof.step()
-    if rank.is_main:
-        print(f"wrote {common.write_run_json(cfg, rank, clock, model, 'resnet')}", flush=True)
+def images_to_device(batch: tuple[torch.Tensor, torch.Tensor], cfg: ResNetConfig, rank: Rank):
+    images, labels = batch
+    return (images.to(rank.device, non_blocking=True, memory_format=_memory_format(cfg)),
+            labels.to(rank.device, non_blocking=True))
+
+
+def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], cfg: ResNetConfig) -> torch.Tensor:
+    images, labels = batch
+    return nn.functional.cross_entropy(model(images), labels)
+
+
+def sgd(params, cfg: ResNetConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=5e-5)
+
+
+def _classes(cfg: ResNetConfig) -> int:
+    """Classes of the data: real data brings its own (ImageFolder's sub-folders, CIFAR-10's ten)."""
+    if cfg.data is not None:
+        return len(torchvision.datasets.folder.find_classes(cfg.data)[0])
+    return 10 if cfg.cifar10 is not None else cfg.classes
+
+
+def _memory_format(cfg: ResNetConfig) -> torch.memory_format:
+    return torch.channels_last if cfg.channels_last else torch.contiguous_format
+
+
+WORKLOAD = training.Workload(name="resnet", model=build_model, dataset=make_dataset, loss=classification_loss,
+                             optimizer=sgd, to_device=images_to_device)
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg, summary = parse_config(argv)
-    common.main(train, cfg, "resnet", summary)
+    training.main(WORKLOAD, cfg, summary)
 
 
 if __name__ == "__main__":
