@@ -80,6 +80,46 @@ def test_a_failing_rank_stops_every_rank_and_is_named(tmp_path):
     assert last.startswith("workloads.gpt: error: rank 1 failed: RuntimeError: deliberate failure on rank 1")
 
 
+@pytest.mark.parametrize("held", ["run.json", "rank-3.pt.trace.json.gz"])
+def test_out_holding_a_run_is_refused_without_force(tmp_path, held):
+    (tmp_path / held).write_text("an earlier run")
+    done = workload("resnet", *TINY_RESNET, "--profile", "--out", str(tmp_path))
+    assert done.returncode == 2 and done.stdout == ""  # refused before anything started
+    assert done.stderr.strip() == (f"workloads.resnet: error: --out {tmp_path} already holds a run ({held}); "
+                                   "pick another folder, or add --force to replace it")
+    assert [p.name for p in tmp_path.iterdir()] == [held] and (tmp_path / held).read_text() == "an earlier run"
+
+
+def test_out_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("data")
+    done = workload("gpt", *TINY_GPT, "--out", str(tmp_path / "f"))
+    assert done.returncode == 2 and done.stderr.strip() == f"workloads.gpt: error: --out {tmp_path / 'f'} is a file, not a folder"
+    assert (tmp_path / "f").read_text() == "data"
+
+
+@pytest.mark.slow
+def test_force_replaces_only_the_run_and_the_output_is_quiet_with_progress(tmp_path):
+    (tmp_path / "rank-3.pt.trace.json.gz").write_text("rank 3 of an earlier 4-rank run")  # must not join this run
+    (tmp_path / "run.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("the user's")
+    done = workload("gpt", *TINY_GPT, "--profile", "--out", str(tmp_path), "--force")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "rank-0.pt.trace.json.gz",
+                                                          "rank-1.pt.trace.json.gz", "run.json"]
+    assert (tmp_path / "notes.txt").read_text() == "the user's"
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["world_size"] == 2
+    output = done.stdout + done.stderr
+    for kineto in ("USDT", "profiler_start", "gpuGetDeviceCount", "ERROR"):  # Kineto's lines on CPU ranks
+        assert kineto not in output
+    progress = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split("|")[0].split()[1] for line in progress] == [f"{i}/5" for i in range(1, 6)]
+    assert all("samples/s" in line for line in progress)
+    rates = run["throughput_samples_per_s"]
+    assert f"throughput: {rates['unprofiled']:.1f} samples/s unprofiled, {rates['profiled']:.1f} samples/s profiled" \
+        in done.stdout
+
+
 @pytest.mark.slow
 def test_image_folder_data(tmp_path):
     from PIL import Image

@@ -1,4 +1,4 @@
-"""The harness every workload shares: launch, distributed setup, profiling, trace naming, step timing and run.json.
+"""The harness every workload shares: launch, distributed setup, and where each rank sits in the job (`Rank`).
 
 `main(train, cfg, name, summary)` runs `train(rank, cfg)` in every rank with the process group up; workloads use it
 through `training.main`, which supplies the shared loop as `train`. Launching:
@@ -8,22 +8,21 @@ through `training.main`, which supplies the shared loop as `train`. Launching:
 - `--mode dp` runs one process with DataParallel and no process group.
 If a rank raises, it reports first, then the launcher stops the others and names it.
 The process group is always destroyed. `--out` never overwrites an earlier run unless `--force` is given.
+What a run writes (traces, run.json) is `record`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import logging
 import os
 import signal
 import socket
 import sys
-import time
 import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +31,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from workloads.config import ConfigError, TrainConfig, fail
+from workloads.record import claim_out
 
-TRACE_NAME = "rank-{rank}.pt.trace.json.gz"
-TRACE_GLOB = "rank-*.pt.trace.json.gz"
-RUN_JSON = "run.json"
 STOP_GRACE_S = 3.0
-# Kineto's own log lines on CPU ranks: two `USDT ... profiler_start/stop` markers per rank, and, where torch is a CUDA
-# build on a machine without the NVIDIA driver, `ERROR ... gpuGetDeviceCount failed with code 35` (cudaErrorInsufficient
-# Driver) when it looks for device properties to put in the trace. Neither affects the trace. Level 6 is above all of
-# Kineto's levels; a KINETO_LOG_LEVEL already set (e.g. 0 for everything) wins. GPU ranks keep Kineto's default, where
-# an ERROR line (CUPTI failing, say) can mean kernels are missing from the trace.
-KINETO_QUIET_LEVEL = "6"
-
-
-def trace_name(rank: int) -> str:
-    """File name of rank `rank`'s trace inside the output folder."""
-    return TRACE_NAME.format(rank=rank)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,24 +95,6 @@ def _check_machine(cfg: TrainConfig) -> None:
 
 def default_out(name: str) -> str:
     return f"runs/{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-
-
-def claim_out(out: Path, *, force: bool) -> None:
-    """Make sure writing a run into `out` loses nothing: refuse a folder that holds a run, unless `force`.
-
-    A run is a `run.json` or a rank trace. With `force` those files (and only those) are deleted first, so that traces
-    of an earlier run with more ranks cannot mix with the new ones.
-    """
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a folder")
-    ours = sorted([*out.glob(RUN_JSON), *out.glob(TRACE_GLOB)]) if out.is_dir() else []
-    if not ours:
-        return
-    if not force:
-        raise ConfigError(f"--out {out} already holds a run ({', '.join(p.name for p in ours[:3])}"
-                          f"{', ...' if len(ours) > 3 else ''}); pick another folder, or add --force to replace it")
-    for path in ours:
-        path.unlink()
 
 
 class RankFailed(RuntimeError):
@@ -267,99 +235,3 @@ def machine(cfg: TrainConfig) -> str:
     if cfg.mode == "dp":
         return f"DataParallel over {gpus} GPUs"
     return f"{gpus} GPUs, NCCL" if gpus else f"no CUDA GPU, {cfg.nproc} CPU ranks with gloo"
-
-
-# ------------------------------------------------------------------------------------------ profiling
-
-@contextlib.contextmanager
-def profiling(cfg: TrainConfig, rank: Rank) -> Iterator[torch.profiler.profile | None]:
-    """Yield a torch.profiler (wait/warmup/active schedule) that writes this rank's gzip trace; None without --profile.
-
-    Call `prof.step()` once per optimizer step, so that `ProfilerStep#i` is optimizer step i.
-    """
-    if not cfg.profile:
-        yield None
-        return
-    Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    path = str(Path(cfg.out) / trace_name(rank.rank))
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if rank.device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    else:
-        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)  # read when Kineto starts, just below
-    schedule = torch.profiler.schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=1)
-    with torch.profiler.profile(activities=activities, schedule=schedule, record_shapes=True,
-                                on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
-        yield prof
-    if hasattr(prof, "wait_for_exports"):
-        prof.wait_for_exports()
-
-
-# ------------------------------------------------------------------------------------ timing and run.json
-
-class StepClock:
-    """Times optimizer steps on this rank and prints progress on rank 0."""
-
-    def __init__(self, cfg: TrainConfig, rank: Rank):
-        self.cfg, self.rank = cfg, rank
-        self.samples_per_step = global_batch(cfg, rank)
-        self.step_ms: list[float] = []
-        self._t0 = 0.0
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def stop(self, step: int, loss: float) -> None:
-        """End `step`; `loss` is a Python float, so the device has finished the step."""
-        ms = (time.perf_counter() - self._t0) * 1e3
-        self.step_ms.append(ms)
-        if self.rank.is_main:
-            tag = " [profiled]" if self.cfg.profile and step in self.cfg.profiled_steps else ""
-            print(f"step {step + 1:>4}/{self.cfg.steps} | loss {loss:8.4f} | "
-                  f"{self.samples_per_step / ms * 1e3:9.1f} samples/s | {ms:8.1f} ms{tag}", flush=True)
-
-    def throughput(self) -> dict[str, float | None]:
-        """Samples/s over steps with the profiler off and over recorded steps; step 0 (start-up) is left out."""
-        cfg = self.cfg
-        window = range(cfg.wait, cfg.profiled_steps.stop) if cfg.profile else range(0)
-        off = [ms for i, ms in enumerate(self.step_ms) if i > 0 and i not in window]
-        on = [ms for i, ms in enumerate(self.step_ms) if cfg.profile and i in cfg.profiled_steps]
-        return {"unprofiled": self._rate(off), "profiled": self._rate(on)}
-
-    def _rate(self, step_ms: list[float]) -> float | None:
-        return round(self.samples_per_step * len(step_ms) / sum(step_ms) * 1e3, 3) if step_ms else None
-
-
-def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.nn.Module, workload: str) -> Path:
-    """Write run.json into cfg.out (rank 0 only): config, job, versions, parameter count, step times, throughput."""
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    run = {
-        "workload": workload,
-        "config": asdict(cfg),
-        "world_size": rank.world_size,
-        "backend": rank.backend,
-        "mode": cfg.mode,
-        "devices": list(rank.device_names),
-        "versions": _versions(),
-        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "optimizer_steps": cfg.steps,
-        "micro_batches_per_step": cfg.accum,
-        "samples_per_step": clock.samples_per_step,
-        "profiled_steps": list(cfg.profiled_steps) if cfg.profile else [],
-        "traces": [trace_name(r) for r in range(rank.world_size)] if cfg.profile else [],
-        "step_ms": [round(ms, 3) for ms in clock.step_ms],
-        "throughput_samples_per_s": clock.throughput(),
-        "argv": sys.argv[1:],
-        "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-    }
-    path = out / RUN_JSON
-    path.write_text(json.dumps(run, indent=2) + "\n")
-    return path
-
-
-def _versions() -> dict[str, str | None]:
-    nccl = None
-    with contextlib.suppress(Exception):  # builds without NCCL
-        nccl = ".".join(map(str, torch.cuda.nccl.version()))
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "python": sys.version.split()[0]}

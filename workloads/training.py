@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
-from workloads import common
+from workloads import common, record
 from workloads.common import Rank, global_batch, process_batch
 from workloads.config import TrainConfig
 from workloads.data import batches
@@ -84,8 +84,8 @@ def run(workload: Workload, rank: Rank, cfg: TrainConfig) -> None:
     optimizer = workload.optimizer(model.parameters(), cfg)
     scaler = grad_scaler(cfg, rank)
 
-    clock = common.StepClock(cfg, rank)
-    with common.profiling(cfg, rank) as prof:
+    clock = record.StepClock(cfg, rank, samples_per_step=global_batch(cfg, rank))
+    with record.profiling(cfg, rank) as prof:
         for step in range(cfg.steps):
             clock.start()
             for i in range(cfg.accum):
@@ -101,7 +101,7 @@ def run(workload: Workload, rank: Rank, cfg: TrainConfig) -> None:
             if prof is not None:
                 prof.step()
     if rank.is_main:
-        print(f"wrote {common.write_run_json(cfg, rank, clock, model, workload.name)}", flush=True)
+        print(f"{clock.summary()}\nwrote {record.write_run_json(cfg, rank, clock, model, workload.name)}", flush=True)
 
 
 @contextlib.contextmanager
