@@ -15,7 +15,7 @@ def text_report(summary: Summary) -> str:
     lines = [
         f"tracekit summary of {run.get('source') or 'traces'}",
         f"  ranks read {run.get('ranks_read')} of world size {_v(run.get('world_size'))}, backend {_v(run.get('backend'))}, "
-        f"devices: {', '.join(run.get('device_names') or []) or 'cpu'}",
+        f"devices: {', '.join(run.get('device_names') or []) or ', '.join(sorted(set(summary.ranks['device'].astype(str))))}",
         f"  window: {run.get('window')} (times below are per rank over the window)",
     ]
     workload = run.get("workload_run") or {}
