@@ -1,4 +1,9 @@
-"""``tracekit`` command line: a thin layer over the library. Errors print one line and exit non-zero."""
+"""``tracekit`` command line: a thin layer over the library. Errors print one line and exit non-zero.
+
+Each subcommand is a pair: ``_add_<name>(commands)`` builds its parser and sets ``run`` to the function that
+carries it out with the parsed arguments and returns the exit status. A new subcommand adds one pair and one
+line in ``build_parser``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from pathlib import Path
 
 import msgspec
 
+from tracekit import __version__
+from tracekit import cache as tracekit_cache
 from tracekit.api import summarize
 from tracekit.compare import compare
 from tracekit.errors import TracekitError
@@ -16,47 +23,139 @@ from tracekit.metrics import WINDOWS
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tracekit", description="Where the step time of a PyTorch DDP job goes.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    summary = commands.add_parser("summarize", help="summarize a folder of per-rank traces (or one trace file)",
-                                  description="Print the per-rank summary of a run, or its JSON.")
-    summary.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
-    summary.add_argument("--json", action="store_true", help="print JSON instead of the text report")
-    summary.add_argument("--window", choices=WINDOWS, default="drop_last",
-                         help="time the metrics cover (default: all ProfilerSteps but the last, as HTA)")
-    _add_scale_options(summary)
-    cmp = commands.add_parser("compare", help="compare two runs side by side",
-                              description="Step time, throughput, compute, comm, idle by cause and bandwidth of two runs.")
-    cmp.add_argument("dir_a", help="first run (the baseline)")
-    cmp.add_argument("dir_b", help="second run; ratios are b / a")
-    cmp.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    rep = commands.add_parser("report", help="write a self-contained HTML report of a run",
-                              description="One HTML file with the overview, ranks, communication and idle charts "
-                                          "(plotly inlined: it opens offline). An existing file is never replaced "
-                                          "without --force.")
-    rep.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
-    rep.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
-    rep.add_argument("--force", action="store_true", help="replace the output file when it exists")
-    rep.add_argument("--window", choices=WINDOWS, default="drop_last", help="time the metrics cover (as summarize)")
+    parser.add_argument("--version", action="version", version=f"tracekit {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_summarize, _add_compare, _add_report, _add_cache):
+        add(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "summarize":
-            result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
-            sys.stdout.write(result.to_json() + "\n" if args.json else str(result))
-        elif args.command == "compare":
-            result = compare(args.dir_a, args.dir_b)
-            sys.stdout.write(msgspec.json.encode(result.to_dict()).decode() + "\n" if args.json else str(result))
-        elif args.command == "report":
-            return _report(args)
+        return args.run(args)
     except TracekitError as err:
         print(f"tracekit: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+# --- summarize ------------------------------------------------------------------------------------------------------
+
+def _add_summarize(commands) -> None:
+    cmd = commands.add_parser("summarize", help="summarize a folder of per-rank traces (or one trace file)",
+                              description="Print the per-rank summary of a run, or its JSON.")
+    cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
+    _add_json_options(cmd, "print the Summary as JSON instead of the text report (NaN as null)")
+    _add_window_option(cmd)
+    _add_scale_options(cmd)
+    cmd.set_defaults(run=_summarize)
+
+
+def _summarize(args) -> int:
+    result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
+    sys.stdout.write(_json(result.to_json(), args.indent) if args.json else str(result))
     return 0
+
+
+# --- compare --------------------------------------------------------------------------------------------------------
+
+def _add_compare(commands) -> None:
+    cmd = commands.add_parser("compare", help="compare two runs side by side",
+                              description="Step time and its parts, throughput, idle by cause and collectives per "
+                                          "step of two runs, with ratios b / a.")
+    cmd.add_argument("dir_a", help="first run (the baseline)")
+    cmd.add_argument("dir_b", help="second run; ratios are b / a")
+    _add_json_options(cmd, "print JSON instead of the table")
+    _add_window_option(cmd)
+    _add_scale_options(cmd)
+    cmd.set_defaults(run=_compare)
+
+
+def _compare(args) -> int:
+    a, b = (summarize(d, window=args.window, **_scale_options(args)) for d in (args.dir_a, args.dir_b))
+    result = compare(a, b)
+    sys.stdout.write(_json(msgspec.json.encode(result.to_dict()).decode(), args.indent) if args.json else str(result))
+    return 0
+
+
+# --- report ---------------------------------------------------------------------------------------------------------
+
+def _add_report(commands) -> None:
+    cmd = commands.add_parser("report", help="write a self-contained HTML report of a run",
+                              description="One HTML file with the overview, ranks, communication and idle charts "
+                                          "(plotly inlined: it opens offline). An existing file is never replaced "
+                                          "without --force.")
+    cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
+    cmd.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    cmd.add_argument("--force", action="store_true", help="replace the output file when it exists")
+    _add_window_option(cmd)
+    _add_scale_options(cmd)
+    cmd.set_defaults(run=_report)
+
+
+def _report(args) -> int:
+    """Refuse to replace a file before any work, then summarize and write."""
+    try:
+        from tracekit.report import write_report
+    except ImportError as err:
+        return _fail(f"'tracekit report' needs plotly ({err.name} missing): pip install 'tracekit[app]'")
+    out = Path(args.output)
+    if out.is_dir() or (out.exists() and not args.force):
+        return _fail(f"{out} exists; pass --force to replace it")
+    result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
+    try:
+        write_report(result, out, force=args.force)
+    except FileExistsError:
+        return _fail(f"{out} exists; pass --force to replace it")
+    except OSError as err:
+        return _fail(f"{out}: {err.strerror or err}")
+    print(f"wrote {out}")
+    return 0
+
+
+# --- cache ----------------------------------------------------------------------------------------------------------
+
+def _add_cache(commands) -> None:
+    cmd = commands.add_parser("cache", help="show or empty the per-rank result cache",
+                              description="The cache keeps each rank's result between runs, in its own folder "
+                                          "(never beside the traces), at most "
+                                          f"{tracekit_cache.DEFAULT_MAX_BYTES / 1e9:.1f} GB: after each run the "
+                                          "least recently used entries are removed.")
+    actions = cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (("info", "print the cache folder, its entries and their size"),
+                       ("clear", "delete every entry of the cache folder")):
+        action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        action.add_argument("--cache-dir", metavar="DIR", default=None,
+                            help="the cache folder (default: ~/.cache/tracekit)")
+        action.set_defaults(run=_cache_info if name == "info" else _cache_clear)
+
+
+def _cache_info(args) -> int:
+    found = tracekit_cache.info(args.cache_dir)
+    print(f"cache folder: {found.folder}\nentries: {found.entries}\nsize: {found.bytes / 1e6:,.1f} MB of at most "
+          f"{tracekit_cache.DEFAULT_MAX_BYTES / 1e6:,.0f} MB (least recently used entries go first)")
+    return 0
+
+
+def _cache_clear(args) -> int:
+    removed = tracekit_cache.clear(args.cache_dir)
+    print(f"removed {removed.entries} entries ({removed.bytes / 1e6:,.1f} MB) from {removed.folder}")
+    return 0
+
+
+# --- shared options -------------------------------------------------------------------------------------------------
+
+def _add_json_options(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--json", action="store_true", help=text)
+    parser.add_argument("--indent", type=_non_negative_int, default=None, metavar="N",
+                        help="with --json: indent nested values by N spaces, one value a line (default: one line)")
+
+
+def _add_window_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", choices=WINDOWS, default="drop_last",
+                        help="time the metrics cover (default: all ProfilerSteps but the last, as HTA)")
 
 
 def _add_scale_options(parser: argparse.ArgumentParser) -> None:
@@ -76,10 +175,26 @@ def _scale_options(args) -> dict:
             "cache": not args.no_cache, "cache_dir": args.cache_dir, "progress": _ProgressBar(sys.stderr)}
 
 
+def _json(text: str, indent: int | None) -> str:
+    return (text if indent is None else msgspec.json.format(text, indent=indent)) + "\n"
+
+
+def _fail(message: str) -> int:
+    print(f"tracekit: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -104,31 +219,6 @@ class _ProgressBar:
         self.bar.update(done - self.bar.n)
         if done == total:
             self.bar.close()
-
-
-def _report(args) -> int:
-    """``tracekit report``: refuse to replace a file before any work, then summarize and write."""
-    try:
-        from tracekit.report import write_report
-    except ImportError as err:
-        print(f"tracekit: error: 'tracekit report' needs plotly ({err.name} missing): pip install 'tracekit[app]'",
-              file=sys.stderr)
-        return 2
-    out = Path(args.output)
-    if out.is_dir() or (out.exists() and not args.force):
-        print(f"tracekit: error: {out} exists; pass --force to replace it", file=sys.stderr)
-        return 2
-    result = summarize(args.trace_dir, window=args.window)
-    try:
-        write_report(result, out, force=args.force)
-    except FileExistsError:
-        print(f"tracekit: error: {out} exists; pass --force to replace it", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"tracekit: error: {out}: {err.strerror or err}", file=sys.stderr)
-        return 2
-    print(f"wrote {out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """Two runs side by side (a DataParallel run against DDP, fp32 against AMP, ``--accum 1`` against ``--accum 2``).
 
-Times are per optimizer step, averaged over ranks: busy times are window totals divided by the steps; idle is the
-step time not busy, split by the rank's idle causes. So runs with different step counts compare fairly.
+Times are per optimizer step, averaged over the window's steps and then over ranks. The step time is split as
+the steps table splits it (the TensorBoard plugin's view): compute not overlapped, overlapped communication,
+exposed communication, and the rest of the step, which is shared between memory-only device time and idle in the
+proportions of the rank's window totals; idle is split again by its causes. So ``compute_ms + overlapped_comm_ms +
+exposed_comm_ms + memory_ms + idle_ms == step_time_ms``, and runs with different step counts compare fairly.
+Collective counts and sizes per step are 0 for an op a run never calls; its bandwidth is then n/a.
 ``ratio`` is b / a: below 1 means run b spends less (or, for throughput and bandwidth, reaches less).
 """
 
@@ -14,20 +18,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tracekit.fmt import NOT_APPLICABLE, is_unknown, num
 from tracekit.summary import Summary
 
-_PER_STEP = (
-    ("compute_ms", "compute_us"),
-    ("overlapped_comm_ms", "overlap_us"),
-    ("exposed_comm_ms", "exposed_comm_us"),
-    ("memory_ms", "memory_us"),
-    ("idle_ms", "idle_us"),
-    ("idle_host_ms", "idle_host_us"),
-    ("idle_sync_ms", "idle_sync_us"),
-    ("idle_data_ms", "idle_data_us"),
-    ("idle_comm_wait_ms", "idle_comm_wait_us"),
-    ("idle_other_ms", "idle_other_us"),
-)
+PARTS = ("compute_ms", "overlapped_comm_ms", "exposed_comm_ms", "memory_ms", "idle_ms")  # add up to step_time_ms
+IDLE_CAUSES = ("host", "sync", "data", "comm_wait", "other")  # idle_<cause>_ms add up to idle_ms
 
 
 @dataclass(frozen=True)
@@ -45,10 +40,14 @@ class Comparison:
         return {"a": self.a, "b": self.b, "metrics": rows}
 
     def __str__(self) -> str:
-        shown = self.table.assign(
-            a=self.table["a"].map(_fmt), b=self.table["b"].map(_fmt),
-            ratio=self.table["ratio"].map(lambda r: "n/a" if math.isnan(r) else f"{r:.2f}x"))
-        header = f"a: {self.a}\nb: {self.b}\n(ratio = b / a; times per optimizer step, mean over ranks)\n"
+        table = self.table
+        calls = table["metric"].str.replace("_median_busbw_gbps", "_calls_per_step", regex=False)
+        counts = table.set_index("metric")[["a", "b"]].reindex(calls)
+        shown = table.assign(**{side: [NOT_APPLICABLE if n == 0 and is_unknown(v) else num(v, 3)
+                                       for v, n in zip(table[side], counts[side].to_numpy())] for side in ("a", "b")},
+                             ratio=table["ratio"].map(lambda r: NOT_APPLICABLE if is_unknown(r) else f"{r:.2f}x"))
+        header = (f"a: {self.a}\nb: {self.b}\n(ratio = b / a; times per optimizer step, mean over ranks; "
+                  f"{' + '.join(PARTS)} = step_time_ms; n/a: no calls)\n")
         return header + shown.to_string(index=False) + "\n"
 
 
@@ -58,8 +57,8 @@ def compare(a: Summary | str | Path, b: Summary | str | Path) -> Comparison:
 
     sa = a if isinstance(a, Summary) else summarize(a)
     sb = b if isinstance(b, Summary) else summarize(b)
-    rows = _metrics(sa)
-    other = _metrics(sb)
+    ops = sorted(set(_calls(sa)["op"].astype(str)) | set(_calls(sb)["op"].astype(str)))
+    rows, other = _metrics(sa, ops), _metrics(sb, ops)
     names = list(dict.fromkeys([m for m, _ in rows] + [m for m, _ in other]))
     va, vb = dict(rows), dict(other)
     table = pd.DataFrame({
@@ -73,35 +72,53 @@ def compare(a: Summary | str | Path, b: Summary | str | Path) -> Comparison:
     return Comparison(a=str(sa.run.get("source", "a")), b=str(sb.run.get("source", "b")), table=table)
 
 
-def _metrics(s: Summary) -> list[tuple[str, float]]:
+def _calls(s: Summary) -> pd.DataFrame:
+    return s.collectives[s.collectives["in_window"].astype(bool)]
+
+
+def step_parts(s: Summary) -> pd.DataFrame:
+    """Per rank, the mean over the window's steps of the step time and its parts (us); the parts add up to it.
+
+    ``compute``, ``overlapped_comm`` and ``exposed_comm`` come from the steps table; the rest of each step is
+    memory-only device time and idle, shared in the proportions of the rank's window totals (``busy - compute -
+    exposed_comm`` against ``idle``), and idle is shared between its causes likewise.
+    """
+    steps = s.steps[s.steps["in_window"].astype(bool)] if len(s.steps) else s.steps
+    per_rank = (steps.groupby("rank")[["step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us"]].mean()
+                .reindex(s.ranks["rank"]).reset_index(drop=True))
+    r = s.ranks.reset_index(drop=True)
+    # Whole ns (the tables' times are ns / 1e3), so a union equal to its parts leaves 0, not rounding noise.
+    memory_only = (r["busy_us"] - r["compute_us"] - r["exposed_comm_us"]).round(3).clip(lower=0)
+    rest = memory_only + r["idle_us"]
+    memory = per_rank["other_us"] * (memory_only / rest.where(rest > 0)).where(rest > 0, 0.0)
+    idle = per_rank["other_us"] - memory
+    out = pd.DataFrame({"rank": r["rank"], "step_time": per_rank["step_us"], "compute": per_rank["compute_us"],
+                        "overlapped_comm": per_rank["overlap_us"], "exposed_comm": per_rank["exposed_comm_us"],
+                        "memory": memory, "idle": idle})
+    for cause in IDLE_CAUSES:  # no idle: 0 of each cause; idle in the steps but none in the totals: unknown
+        cause_share = r[f"idle_{cause}_us"] / r["idle_us"].where(r["idle_us"] > 0)
+        out[f"idle_{cause}"] = np.where(idle == 0, 0.0, idle * cause_share)
+    return out
+
+
+def _metrics(s: Summary, ops: list[str]) -> list[tuple[str, float]]:
+    parts = step_parts(s)
+    workload = s.run.get("workload_run") or {}
+    out = [("step_time_ms", float(parts["step_time"].mean()) / 1e3),
+           ("throughput_samples_per_s", _throughput(workload))]
+    for name in [p.removesuffix("_ms") for p in PARTS] + [f"idle_{c}" for c in IDLE_CAUSES]:
+        out.append((f"{name}_ms", float(parts[name].mean()) / 1e3))
     r = s.ranks
     steps = r["steps"].where(r["steps"] > 0)
-    out = [("step_time_ms", float(r["step_time_us"].mean()) / 1e3)]
-    workload = s.run.get("workload_run") or {}
-    out.append(("throughput_samples_per_s", _throughput(workload)))
-    # Busy times are whole inside the window, so total / steps is their time per step. Idle per step is the rest of
-    # the step (step time - busy per step); the rank's idle-by-cause split is applied to it, because gaps are only
-    # counted inside the device span and the span misses the window's edges, whatever the number of steps.
-    busy_per_step = r["busy_us"] / steps
-    idle_per_step = (r["step_time_us"] - busy_per_step).clip(lower=0)
-    for name, column in _PER_STEP:
-        if column not in r:
-            per_step = pd.Series(math.nan, index=r.index)
-        elif column == "idle_us":
-            per_step = idle_per_step
-        elif column.startswith("idle_"):
-            per_step = r[column] / r["idle_us"].where(r["idle_us"] > 0) * idle_per_step
-        else:
-            per_step = r[column] / steps
-        out.append((name, float(per_step.mean()) / 1e3))
-    calls = s.collectives[s.collectives["in_window"].astype(bool)]
+    calls = _calls(s)
     n_steps = float(steps.mean()) if steps.notna().any() else math.nan
     n_ranks = max(int(r["rank"].nunique()), 1)
-    for op, c in calls.groupby("op", observed=True):
+    for op in ops:
+        c = calls[calls["op"].astype(str) == op]
         unknown = c["bytes"].isna().any()
         out.append((f"{op}_MB_per_step", math.nan if unknown else float(c["bytes"].sum()) / n_ranks / n_steps / 1e6))
         out.append((f"{op}_calls_per_step", len(c) / n_ranks / n_steps))
-        out.append((f"{op}_median_busbw_gbps", float(c["busbw_gbps"].median())))
+        out.append((f"{op}_median_busbw_gbps", float(c["busbw_gbps"].median()) if len(c) else math.nan))
     return out
 
 
@@ -118,7 +135,3 @@ def _unit(name: str) -> str:
         if name.endswith(suffix):
             return unit
     return ""
-
-
-def _fmt(v: float) -> str:
-    return "unknown" if math.isnan(v) else f"{v:,.3f}"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
+from tracekit import findings as checks
+from tracekit.fmt import is_unknown, mb, ms, num, pct, share
 from tracekit.summary import Summary
 
 
@@ -15,7 +15,7 @@ def text_report(summary: Summary) -> str:
     lines = [
         f"tracekit summary of {run.get('source') or 'traces'}",
         f"  ranks read {run.get('ranks_read')} of world size {_v(run.get('world_size'))}, backend {_v(run.get('backend'))}, "
-        f"devices: {', '.join(run.get('device_names') or []) or ', '.join(sorted(set(summary.ranks['device'].astype(str))))}",
+        f"devices: {', '.join(run.get('device_names') or []) or 'cpu'}",
         f"  window: {run.get('window')} (times below are per rank over the window)",
     ]
     workload = run.get("workload_run") or {}
@@ -29,13 +29,32 @@ def text_report(summary: Summary) -> str:
         if workload and skipped["path"].endswith("run.json"):
             continue  # read above as the workload's description, not a trace
         lines.append(f"  skipped {skipped['path']}: {skipped['reason']}")
-    lines += ["", "Per rank (ms; % of span)", _rank_lines(summary.ranks), ""]
+    lines += ["", "Per rank: times in ms, (%) their share of the rank's span; comm overlapped: % of comm under compute",
+              _rank_lines(summary.ranks), ""]
     lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
-    findings = getattr(summary, "findings", None)
-    if findings:
-        lines.append("Findings (most severe first)")
-        lines += [f"  [{f.severity}] {f.message}\n      -> {f.recommendation}" for f in findings]
+    lines += _findings_lines(summary.findings)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def checked() -> tuple[str, ...]:
+    """What the findings look for, with their thresholds (``tracekit.findings``): said when none is found."""
+    return (
+        f"exposed communication (>= {checks.EXPOSED_COMM_SHARE[0]:.0%} of the span)",
+        f"stragglers (others wait >= {checks.STRAGGLER_WAIT_SHARE[0]:.0%} of a step for them)",
+        f"data-loading idle (>= {checks.DATA_IDLE_SHARE[0]:.0%})",
+        f"host-bound launch gaps on GPUs (>= {checks.HOST_IDLE_SHARE[0]:.0%})",
+        f"synchronizations inside the step (idle >= {checks.SYNC_IDLE_SHARE:.0%})",
+        "DataParallel",
+        f"fp16/bf16 kernels on tensor-core GPUs (< {checks.REDUCED_PRECISION_SHARE:.0%} of compute)",
+        f"all-reduce bus bandwidth (< {checks.BUSBW_SHARE:.0%} of NVLink's, one node, known GPUs)",
+    )
+
+
+def _findings_lines(found) -> list[str]:
+    if not found:
+        return ["Findings", "  None: no check fired. Checked: " + "; ".join(checked()) + "."]
+    return ["Findings (most severe first)"] + [f"  [{f.severity}] {f.message}\n      -> {f.recommendation}"
+                                              for f in found]
 
 
 def _rank_lines(ranks: pd.DataFrame) -> str:
@@ -45,16 +64,16 @@ def _rank_lines(ranks: pd.DataFrame) -> str:
         "rank": ranks["rank"],
         "device": ranks["device"],
         "steps": ranks["steps"],
-        "step": ranks["step_time_us"].map(_ms),
-        "span": ranks["span_us"].map(_ms),
-        "compute": [_share(a, b) for a, b in zip(ranks["compute_us"], ranks["span_us"])],
-        "exposed comm": [_share(a, b) for a, b in zip(ranks["exposed_comm_us"], ranks["span_us"])],
-        "memory": [_share(a, b) for a, b in zip(ranks["memory_us"], ranks["span_us"])],
-        "idle": [_share(a, b) for a, b in zip(ranks["idle_us"], ranks["span_us"])],
-        "overlap %": ranks["overlap_pct"].map(_pct),
+        "step": ranks["step_time_us"].map(ms),
+        "span": ranks["span_us"].map(ms),
+        "compute": [share(a, b) for a, b in zip(ranks["compute_us"], ranks["span_us"])],
+        "exposed comm": [share(a, b) for a, b in zip(ranks["exposed_comm_us"], ranks["span_us"])],
+        "memory": [share(a, b) for a, b in zip(ranks["memory_us"], ranks["span_us"])],
+        "idle": [share(a, b) for a, b in zip(ranks["idle_us"], ranks["span_us"])],
+        "comm overlapped %": ranks["overlap_pct"].map(pct),
         "all_reduce n": ranks["allreduce_count"],
-        "all_reduce ms": ranks["allreduce_us"].map(_ms),
-        "all_reduce MB": ranks["allreduce_bytes"].map(_mb),
+        "all_reduce ms": ranks["allreduce_us"].map(ms),
+        "all_reduce MB": ranks["allreduce_bytes"].map(mb),
     })
     return _indent(shown.to_string(index=False))
 
@@ -67,9 +86,9 @@ def _op_lines(collectives: pd.DataFrame) -> str:
     unknown = calls["bytes"].isna().groupby(calls["op"], observed=True).any()
     shown = pd.DataFrame({
         "calls": grouped.size(),
-        "total ms": grouped["dur_us"].sum().map(_ms),
-        "total MB": grouped["bytes"].sum().where(~unknown).map(_mb),
-        "median busbw GB/s": grouped["busbw_gbps"].median().map(lambda v: _num(v, 2)),
+        "total ms": grouped["dur_us"].sum().map(ms),
+        "total MB": grouped["bytes"].sum().where(~unknown).map(mb),
+        "median busbw GB/s": grouped["busbw_gbps"].median().map(num),
     }).reset_index()
     return _indent(shown.to_string(index=False))
 
@@ -78,31 +97,5 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def _nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
 def _v(v) -> str:
-    return "unknown" if _nan(v) else str(v)
-
-
-def _num(v, digits: int) -> str:
-    return "unknown" if _nan(v) else f"{v:,.{digits}f}"
-
-
-def _ms(us) -> str:
-    return "unknown" if _nan(us) else f"{us / 1e3:,.2f}"
-
-
-def _mb(b) -> str:
-    return "unknown" if _nan(b) else f"{b / 1e6:,.2f}"
-
-
-def _pct(p) -> str:
-    return "n/a" if _nan(p) else f"{p:.1f}"
-
-
-def _share(part, whole) -> str:
-    if _nan(part) or _nan(whole) or whole <= 0:
-        return "unknown"
-    return f"{part / 1e3:,.2f} ({part / whole * 100:.0f}%)"
+    return "unknown" if is_unknown(v) else str(v)
