@@ -13,7 +13,7 @@ import pytest
 
 import tracekit
 from tracedata import kernel, step, write_trace
-from tracekit import cache, findings, render
+from tracekit import cache, findings, fmt, render
 from tracekit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +107,7 @@ def test_the_findings_section_lists_what_was_found(tmp_path):
     text = str(s)
     assert "exposed_comm" in {f.kind for f in s.findings}
     assert "\nFindings (most severe first)\n  [high] Communication not hidden" in text
+    assert "(ranks 0, 1)" in text
     assert "None: no check fired" not in text
 
 
@@ -122,3 +123,16 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "missing"), str(GLOO_RUN), "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("tracekit: error: ") and "missing" in err
+
+
+def test_a_finding_names_one_rank_as_rank(tmp_path):
+    events = [step(k + 1, 1000 * k, 1000) for k in range(3)] + [kernel("gemm", 1000 * k, 500) for k in range(3)]
+    events += [kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 1000 * k + 500, 500, stream=20,
+                      **{"Collective name": "allreduce", "In msg nelems": 10, "Out msg nelems": 10, "dtype": "Float",
+                         "Group size": 1, "Process Group Name": "0"}) for k in range(3)]
+    write_trace(tmp_path / "rank0.json", events, rank=0, world_size=1)
+    found = tracekit.summarize(tmp_path, workers=1, cache=False).findings
+    exposed = next(f for f in found if f.kind == "exposed_comm")
+    assert "(rank 0)" in exposed.message and "ranks 0" not in exposed.message
+    assert fmt.ranks([3]) == "rank 3" and fmt.ranks([0, 1]) == "ranks 0, 1"
+    assert fmt.ranks(range(10)) == "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 2 more"

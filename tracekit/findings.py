@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit import fmt
+
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 EXPOSED_COMM_SHARE = (0.10, 0.25)     # medium, high
@@ -115,7 +117,7 @@ def _exposed_comm(ranks, collectives, stragglers, run):
     advice = list(dict.fromkeys(_op_advice(op, ddp) for op in dominant))
     return [Finding(
         "exposed_comm", level, tuple(int(r) for r in hit),
-        f"Communication not hidden under compute takes up to {worst:.0%} of the device time (ranks {_list(hit)})"
+        f"Communication not hidden under compute takes up to {worst:.0%} of the device time ({_list(hit)})"
         + (f"; by op, {named} of the communication time." if dominant else "."),
         " ".join(advice or ["Overlap communication with compute and prefer fewer, larger collectives."]),
         {"share": worst, "exposed_comm_us": float(ranks["exposed_comm_us"].max()), "threshold": EXPOSED_COMM_SHARE[0],
@@ -187,7 +189,7 @@ def _straggler(ranks, collectives, stragglers, run):
 
 def _data_loading(ranks, collectives, stragglers, run):
     return _idle_finding(ranks, "idle_data_us", DATA_IDLE_SHARE, "data_loading",
-                         "The device waits for the next batch for up to {share:.0%} of its time (ranks {ranks}).",
+                         "The device waits for the next batch for up to {share:.0%} of its time ({ranks}).",
                          "Load data ahead of the step: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, "
                          "prefetch_factor=2+), and copy batches with non_blocking=True.")
 
@@ -196,7 +198,7 @@ def _host_bound(ranks, collectives, stragglers, run):
     gpu = ranks[ranks["device"] != "cpu"]
     graphs = _VENDOR[gpu_vendor(gpu, run)]["graphs"]
     return _idle_finding(gpu, "idle_host_us", HOST_IDLE_SHARE, "host_bound",
-                         "The GPU idles waiting for kernel launches for up to {share:.0%} of its time (ranks {ranks}).",
+                         "The GPU idles waiting for kernel launches for up to {share:.0%} of its time ({ranks}).",
                          f"Cut launch overhead: capture the step with {graphs} or torch.compile(mode='reduce-overhead'), "
                          "fuse small ops, or raise the per-GPU batch size.")
 
@@ -253,7 +255,7 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
     return [Finding(
         "no_reduced_precision", "medium", tuple(int(r) for r in hit["rank"]),
         f"Only {float(share[hit.index].max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with {matrix} "
-        f"(ranks {_list(hit['rank'])}).",
+        f"({_list(hit['rank'])}).",
         "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss "
         f"(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on {matrix}.",
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
@@ -290,8 +292,8 @@ def _low_busbw(ranks, collectives, stragglers, run):
 
 
 def _list(ranks) -> str:
-    values = [int(r) for r in ranks]
-    return ", ".join(map(str, values[:8])) + (f" and {len(values) - 8} more" if len(values) > 8 else "")
+    """'rank 3' or 'ranks 0, 1' (the first eight, then how many more)."""
+    return fmt.ranks(ranks)
 
 
 _CHECKS = (_data_parallel, _exposed_comm, _straggler, _data_loading, _host_bound, _syncs, _no_reduced_precision,
