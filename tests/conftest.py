@@ -1,7 +1,8 @@
 """Suite-wide rules.
 
 - Nothing is cached outside a temporary folder: for the whole run HOME and XDG_CACHE_HOME point into one, so
-  tracekit's default cache (``~/.cache/tracekit``) and anything else that writes under the home folder land there.
+  tracekit's default cache (``~/.cache/tracekit``) and anything else that writes under the home folder land there;
+  hypothesis keeps its example database there too (not in ./.hypothesis).
   Set before collection, so modules that summarize at import time are covered too, and inherited by worker
   processes and the CLI run as a subprocess.
 - In CI (the ``CI`` environment variable set, as CI services do) the suite cannot go green by skipping: a missing
@@ -29,7 +30,7 @@ REQUIRED = {
 }
 # A skip reason that names one of them: pytest.importorskip's, or any that mentions the shared traces.
 REQUIREMENT_SKIP = re.compile(r"(?i)(could not import|no module named) '(torch|hta)\b|shared[/ ]traces")
-_ENV = ("HOME", "XDG_CACHE_HOME")
+_ENV = ("HOME", "XDG_CACHE_HOME", "HYPOTHESIS_STORAGE_DIRECTORY")
 _saved: dict[str, str | None] = {}
 _home: list[str] = []
 
@@ -51,6 +52,14 @@ def pytest_configure(config):
         _saved[name] = os.environ.get(name)
     os.environ["HOME"] = home
     os.environ["XDG_CACHE_HOME"] = str(Path(home) / ".cache")
+    # hypothesis keeps its example database and caches in ./.hypothesis unless told otherwise.
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path(home) / ".hypothesis")
+    try:
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:
+        pass
+    else:
+        set_hypothesis_home_dir(Path(home) / ".hypothesis")
     if in_ci():
         missing = missing_requirements()
         if missing:

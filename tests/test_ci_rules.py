@@ -72,10 +72,12 @@ def test_the_default_cache_is_in_the_runs_temporary_home(tmp_path):
     home = Path(os.environ["HOME"])
     assert home.name.startswith("tracekit-tests-home-") and home.parent == Path(os.environ.get("TMPDIR", "/tmp"))
     assert cache.resolve_dir(None).is_relative_to(home)
-    # A default-cached summary writes there and nowhere else.
-    tracekit.summarize(REPO / "sample_traces" / "resnet-gloo-2rank", workers=1)
-    written = [p for p in home.rglob("*") if p.is_file()]
-    assert written and all(p.is_relative_to(home / ".cache") for p in written)
+    # A default-cached summary writes there (and nowhere else in the home folder).
+    before = {p for p in home.rglob("*") if p.is_file()}
+    run = shutil.copytree(REPO / "sample_traces" / "resnet-gloo-2rank", tmp_path / "run")  # a new cache key
+    tracekit.summarize(run, workers=1)
+    written = {p for p in home.rglob("*") if p.is_file()} - before
+    assert written and all(p.is_relative_to(cache.resolve_dir(None)) for p in written)
 
 
 def test_ci_script_lists_skips_and_runs_the_readme_command():
