@@ -221,7 +221,7 @@ def test_cli_report(tmp_path, capsys):
     out = tmp_path / "r.html"
     assert cli(["report", str(run), "-o", str(out)]) == 0
     first = out.read_text()
-    assert "1,234.50 samples/s" in first  # throughput from run.json
+    assert "1,234.5 samples/s" in first  # throughput from run.json
     assert cli(["report", str(run), "-o", str(out)]) == 2
     assert "exists; pass --force" in capsys.readouterr().err and out.read_text() == first
     assert cli(["report", str(run), "-o", str(out), "--force"]) == 0

@@ -136,3 +136,19 @@ def test_a_finding_names_one_rank_as_rank(tmp_path):
     assert "(rank 0)" in exposed.message and "ranks 0" not in exposed.message
     assert fmt.ranks([3]) == "rank 3" and fmt.ranks([0, 1]) == "ranks 0, 1"
     assert fmt.ranks(range(10)) == "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 2 more"
+
+
+def test_the_html_report_uses_the_cli_units(tmp_path):
+    pytest.importorskip("plotly")
+    from tracekit.report import html_report
+
+    s = tracekit.summarize(_tiny_run(tmp_path / "run", True), workers=1, cache=False)
+    text = html_report(s)
+    table = text[text.index("<h3>Per rank"):]
+    table = table[: table.index("</table>")]
+    assert "ms" in table[:80] and "MB" in table[:80]
+    assert "_us</th>" not in table and "bytes</th>" not in table
+    # The window's steps are 1000 us and each rank sends 2 all-reduces of 10 float32 (80 bytes) in it.
+    assert "<th>step_time_ms</th>" in table and "<td>1.00</td>" in table
+    assert "<th>allreduce_MB</th>" in table
+    assert "_us</th>" not in text and "_bytes</th>" not in text  # no table of the report is in us or bytes

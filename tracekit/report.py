@@ -19,6 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from tracekit import charts
+from tracekit.fmt import display_units, ms, num, pct, rate
+from tracekit.render import checked
 
 def throughput(workload: dict | None) -> dict[str, float]:
     """Samples/s from a ``run.json``: ``{"unprofiled": ..., "profiled": ...}`` as the workloads write it, or
@@ -48,14 +50,16 @@ def html_report(summary, title: str | None = None) -> str:
         ("Idle", [charts.gap_histogram(summary), charts.idle_by_cause(summary)]),
     ]
     body = [f"<h1>{_e(title)}</h1>", _facts(run, workload), "<h2>Overview</h2>", _headline(head, throughput(workload)),
-            _findings(getattr(summary, "findings", None)), _table(summary.ranks, "Per rank (us, %)")]
+            _findings(summary.findings),
+            _table(display_units(summary.ranks), "Per rank (times in ms, sizes in MB; *_pct in percent)")]
     for section, figs in figures:
         body.append(f"<h2>{_e(section)}</h2>")
         body += [f.to_html(full_html=False, include_plotlyjs=False, default_width="100%") for f in figs]
         if section == "Communication":
-            body.append(_table(charts.op_table(summary), "Collectives in the window, per op"))
+            body.append(_table(display_units(charts.op_table(summary)), "Collectives in the window, per op (ms, MB)"))
         if section == "Idle":
-            body.append(_table(charts.largest_gaps(summary, 10), "Longest idle gaps (us from the run's start)"))
+            body.append(_table(display_units(charts.largest_gaps(summary, 10)),
+                               "Longest idle gaps (ms; start from the run's start)"))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style>"
@@ -102,23 +106,22 @@ def _facts(run: dict, workload: dict | None) -> str:
 
 
 def _headline(head: dict, rates: dict[str, float]) -> str:
-    cards = [("step time (mean over ranks)", _num(head["step_time_us"] / 1e3, " ms"))]
-    cards += [(f"throughput ({k})", _num(v, " samples/s")) for k, v in rates.items()]
-    cards += [("exposed comm", _num(head["exposed_comm_pct"], " %", 1)), ("comm overlapped", _num(head["overlap_pct"], " %", 1)),
-              ("idle", _num(head["idle_pct"], " %", 1))]
+    cards = [("step time (mean over ranks)", ms(head["step_time_us"], unit=True))]
+    cards += [(f"throughput ({k})", f"{rate(v)} samples/s") for k, v in rates.items()]
+    cards += [("exposed comm", pct(head["exposed_comm_pct"], unit=True)),
+              ("comm overlapped", pct(head["overlap_pct"], unit=True)), ("idle", pct(head["idle_pct"], unit=True))]
     if head["worst_rank"] is not None:
         what = "straggler" if head["worst_is_straggler"] else "slowest rank"
-        cards.append((what, f"rank {head['worst_rank']} ({_num(head['worst_step_time_us'] / 1e3, ' ms')})"))
+        cards.append((what, f"rank {head['worst_rank']} ({ms(head['worst_step_time_us'], unit=True)})"))
     return "<div class=\"cards\">" + "".join(
         f"<div class=\"card\"><div class=\"label\">{_e(k)}</div><div class=\"value\">{_e(v)}</div></div>" for k, v in cards
     ) + "</div>"
 
 
 def _findings(findings) -> str:
-    if findings is None:
-        return ""
     if not findings:
-        return "<h3>Findings</h3><p>None: nothing stood out.</p>"
+        items = "".join(f"<li>{_e(c)}</li>" for c in checked())
+        return f"<h3>Findings</h3><p>None: no check fired. Checked:</p><ul>{items}</ul>"
     items = "".join(
         f"<li><b>[{_e(getattr(f, 'severity', ''))}] {_e(getattr(f, 'message', f))}</b>"
         f"<br>{_e(getattr(f, 'recommendation', ''))}</li>" for f in findings)
@@ -129,13 +132,9 @@ def _table(frame: pd.DataFrame, caption: str) -> str:
     shown = frame.copy()
     for col in shown.columns:
         if pd.api.types.is_float_dtype(shown[col]):
-            shown[col] = shown[col].map(lambda v: "unknown" if pd.isna(v) else f"{v:,.2f}")
+            shown[col] = shown[col].map(num)
     table = shown.to_html(index=False, escape=True, classes="table", na_rep="unknown")
     return f"<h3>{_e(caption)}</h3><div class=\"scroll\">{table}</div>"
-
-
-def _num(value, unit: str = "", digits: int = 2) -> str:
-    return "unknown" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}{unit}"
 
 
 _CSS = """
