@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import cache as tracekit_cache
-from tracekit import crossrank, findings, metrics
+from tracekit import clocks, crossrank, findings, metrics
 from tracekit.config import Config
 from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
@@ -83,9 +83,8 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     gaps = pd.concat([r.gaps for r in results], ignore_index=True)
 
     group = crossrank.match_keys(collectives)
-    offsets = crossrank.clock_offsets(collectives, group)
-    hosts = {r.meta.host_name for r in results}
-    shift = crossrank.offsets_to_correct(offsets, same_host=len(hosts) == 1 and None not in hosts)
+    offsets = clocks.clock_offsets(collectives, group, {r.meta.rank: r.meta.host_name for r in results})
+    shift = clocks.offsets_to_correct(offsets)
     steps, collectives, gaps = (_shift(t, shift) for t in (steps, collectives, gaps))
     start_ns = collectives["start_ns"].to_numpy()
     mismatches = crossrank.mismatches(collectives, group, _expected_ranks(results),
@@ -101,7 +100,9 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     run = _run_facts(results, skipped, config, source, origin_ns)
     run["clock_offsets"] = offsets.to_dict("records")
     run["workload_run"] = workload_run
-    slow = crossrank.stragglers(collectives, window_steps)
+    evidence = crossrank.arrival_evidence(collectives, window_steps)
+    slow = crossrank.verdict(evidence, "straggler")
+    run["straggler_suspicions"] = crossrank.verdict(evidence, "suspected").to_dict("records")
     return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=findings.find(ranks, collectives, slow, run))

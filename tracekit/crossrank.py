@@ -1,4 +1,5 @@
-"""Across ranks: the same collective matched on every rank, clock offsets, who waits for whom, and stragglers.
+"""Across ranks: the same collective matched on every rank, who waits for whom, and stragglers (clock offsets:
+``tracekit.clocks``).
 
 Matching: by (process group, ``Seq``) where the trace records it, else by (process group, op, ProfilerStep,
 order of issue within that step). For each matched collective the last rank to start is the last arrival;
@@ -14,10 +15,9 @@ import pandas as pd
 
 from tracekit import intervals as iv
 
-# Collectives every member leaves at nearly the same moment: their ends are what clock offsets are read from.
-_SYNCHRONISING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
-_MIN_OFFSET_NS = 5_000  # below this an offset is not worth correcting
-_NOISE_FACTOR = 3.0
+# A straggler passes the binomial test: last more often than chance with p < STRAGGLER_P, over MIN_TESTED calls.
+STRAGGLER_P = 0.01
+MIN_TESTED = 5
 
 
 def match_keys(coll: pd.DataFrame) -> np.ndarray:
@@ -67,41 +67,6 @@ def implausible(coll: pd.DataFrame, group: np.ndarray, start_ns: np.ndarray) -> 
     wait = frame.groupby("g")["start"].transform("max") - frame["start"]
     slack = np.maximum(0.05 * frame["dur_ns"], 5_000)  # clock noise on one host
     return set(frame.loc[(wait > frame["dur_ns"] + slack).to_numpy(), "g"].tolist())
-
-
-def clock_offsets(coll: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
-    """Per rank: offset of its clock from the lowest rank's (us), read from the ends of synchronising
-    collectives, the noise of that estimate, and how many collectives it rests on."""
-    end_ns = coll["start_ns"].to_numpy() + np.rint(coll["dur_us"].to_numpy() * 1e3).astype(np.int64)
-    frame = pd.DataFrame({"g": group, "rank": coll["rank"].to_numpy(), "end": end_ns})
-    frame = frame[coll["op"].astype(str).isin(_SYNCHRONISING_OPS).to_numpy()]
-    ranks = sorted(coll["rank"].unique().tolist())
-    rows = []
-    if not ranks:
-        return pd.DataFrame(columns=["rank", "offset_us", "noise_us", "samples"])
-    ref = ranks[0]
-    ref_end = frame[frame["rank"] == ref].set_index("g")["end"]
-    for rank in ranks:
-        mine = frame[frame["rank"] == rank].set_index("g")["end"]
-        diff = (mine - ref_end).dropna().to_numpy(dtype=float)
-        if rank == ref:
-            rows.append({"rank": rank, "offset_us": 0.0, "noise_us": 0.0, "samples": len(diff)})
-        elif len(diff) == 0:
-            rows.append({"rank": rank, "offset_us": math.nan, "noise_us": math.nan, "samples": 0})
-        else:
-            offset = float(np.median(diff))
-            noise = float(1.4826 * np.median(np.abs(diff - offset)))
-            rows.append({"rank": rank, "offset_us": offset / 1e3, "noise_us": noise / 1e3, "samples": len(diff)})
-    return pd.DataFrame(rows)
-
-
-def offsets_to_correct(offsets: pd.DataFrame, same_host: bool) -> dict[int, int]:
-    """rank -> ns to subtract: offsets clearly above their noise, and only when the ranks do not share one host clock."""
-    if same_host or offsets.empty:
-        return {}
-    big = (offsets["offset_us"].abs() * 1e3 > np.maximum(_NOISE_FACTOR * offsets["noise_us"] * 1e3, _MIN_OFFSET_NS))
-    big &= offsets["samples"] >= 3
-    return {int(r): int(round(o * 1e3)) for r, o in zip(offsets.loc[big, "rank"], offsets.loc[big, "offset_us"])}
 
 
 def mismatches(coll: pd.DataFrame, group: np.ndarray, expected_ranks, bad_timing=()) -> pd.DataFrame:
@@ -209,13 +174,20 @@ def _union_us(start_us: np.ndarray, end_us: np.ndarray) -> float:
     return iv.total(*iv.merge(np.rint(start_us * 1e3), np.rint(end_us * 1e3))) / 1e3
 
 
-def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = 0.01) -> pd.DataFrame:
-    """Ranks that arrive last far more often than chance, and the waiting they cause: per step, the mean over the
-    other ranks of their wall-clock wait in the collectives this rank was last to."""
+def arrival_evidence(coll: pd.DataFrame, steps_in_window: int, alpha: float = STRAGGLER_P) -> pd.DataFrame:
+    """Per rank with matched collectives in the window: how often it arrived last against chance, the binomial
+    p-value of that, the waiting it caused (per step, the mean over the other ranks of their wall-clock wait in the
+    collectives this rank was last to), and a verdict. The bar is twice chance, or three times in four with two ranks
+    (where twice chance would mean every call):
+
+    - ``straggler``: over the bar, p < ``alpha`` over at least ``MIN_TESTED`` calls, and others waited for it;
+    - ``suspected``: over the bar and others waited for it, but the test does not pass (too few calls, or p too high);
+    - ``none``.
+    """
     columns = ["rank", "matched", "last_arrivals", "last_share", "expected_share", "p_value", "caused_wait_us_per_step"]
     calls = coll[coll["in_window"].astype(bool) & coll["matched"]]
     if calls.empty:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns + ["verdict"])
     last_of = calls[calls["last_arrival"]].set_index("match_id")["rank"]
     waited_for = calls["match_id"].map(last_of)
     rows = []
@@ -231,12 +203,21 @@ def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = 0.01) ->
                      "expected_share": expected / n, "p_value": _binomial_tail(n, k, expected / n),
                      "caused_wait_us_per_step": caused / max(steps_in_window, 1)})
     table = pd.DataFrame(rows, columns=columns)
-    unlikely = (table["p_value"] < alpha) & (table["last_share"] >= 2 * table["expected_share"]) & (table["matched"] >= 5)
-    # Few collectives (one bucket, two steps) cannot pass a test; last at every one of them, with real waiting
-    # caused, is evidence enough.
-    always = (table["last_arrivals"] == table["matched"]) & (table["matched"] >= 2) & (table["expected_share"] < 1)
-    flagged = (unlikely | always) & (table["caused_wait_us_per_step"] > 0)
-    return table[flagged].sort_values("caused_wait_us_per_step", ascending=False, ignore_index=True)
+    bar = np.minimum(2 * table["expected_share"], (1 + table["expected_share"]) / 2)
+    over = (table["last_share"] >= bar) & (table["caused_wait_us_per_step"] > 0)
+    tested = (table["p_value"] < alpha) & (table["matched"] >= MIN_TESTED)
+    table["verdict"] = np.where(over & tested, "straggler", np.where(over, "suspected", "none"))
+    return table.sort_values("caused_wait_us_per_step", ascending=False, ignore_index=True, kind="stable")
+
+
+def verdict(evidence: pd.DataFrame, which: str) -> pd.DataFrame:
+    """The rows of ``arrival_evidence`` with one verdict (``straggler`` or ``suspected``), without the verdict column."""
+    return evidence[evidence["verdict"] == which].drop(columns="verdict").reset_index(drop=True)
+
+
+def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = STRAGGLER_P) -> pd.DataFrame:
+    """Ranks that pass the binomial test (see ``arrival_evidence``), the most waiting caused first."""
+    return verdict(arrival_evidence(coll, steps_in_window, alpha), "straggler")
 
 
 def _binomial_tail(n: int, k: int, p: float) -> float:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import fmt
+from tracekit.crossrank import MIN_TESTED, STRAGGLER_P
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
@@ -166,24 +167,36 @@ def gpu_vendor(ranks: pd.DataFrame, run: dict) -> str | None:
 
 
 def _straggler(ranks, collectives, stragglers, run):
-    if stragglers.empty or ranks["step_time_us"].isna().all():
+    """Stragglers (the binomial test passed) and, at low severity, suspicions (over the bar, but too few calls or p
+    too high: ``run["straggler_suspicions"]``), when the others wait at least STRAGGLER_WAIT_SHARE[0] of a step."""
+    suspected = pd.DataFrame(run.get("straggler_suspicions") or [])
+    if (stragglers.empty and suspected.empty) or ranks["step_time_us"].isna().all():
         return []
     step_us = float(ranks["step_time_us"].median())
+    fix = ("find what this rank does differently: a slower input shard or data loader, a slower device or link, or "
+           "extra work on it (logging, checkpointing, evaluation on rank 0). Balance the work or move it off the step.")
     out = []
-    for row in stragglers.itertuples():
-        share = row.caused_wait_us_per_step / step_us
-        level = _level(share, STRAGGLER_WAIT_SHARE)
-        if level is None:
-            continue
-        out.append(Finding(
-            "straggler", level, (int(row.rank),),
-            f"Rank {row.rank} arrives last at {row.last_arrivals} of {row.matched} collectives (chance: "
-            f"{row.expected_share:.0%}); the others wait {row.caused_wait_us_per_step / 1e3:.1f} ms per step for it "
-            f"({share:.0%} of a step).",
-            "Find what this rank does differently: a slower input shard or data loader, a slower device or link, or "
-            "extra work on it (logging, checkpointing, evaluation on rank 0). Balance the work or move it off the step.",
-            {"share": share, "last_share": row.last_share, "p_value": row.p_value,
-             "caused_wait_us_per_step": row.caused_wait_us_per_step}))
+    for proven, table in ((True, stragglers), (False, suspected)):
+        for row in table.itertuples():
+            share = row.caused_wait_us_per_step / step_us
+            level = _level(share, STRAGGLER_WAIT_SHARE)
+            if level is None:
+                continue
+            seen = (f"Rank {row.rank} arrives last at {row.last_arrivals} of {row.matched} matched collectives "
+                    f"(chance: {row.expected_share:.0%}; p = {row.p_value:.2g})")
+            waits = f"the others wait {row.caused_wait_us_per_step / 1e3:.1f} ms per step for it ({share:.0%} of a step)"
+            evidence = {"share": share, "last_share": row.last_share, "p_value": row.p_value, "matched": row.matched,
+                        "last_arrivals": row.last_arrivals, "caused_wait_us_per_step": row.caused_wait_us_per_step}
+            if proven:
+                out.append(Finding("straggler", level, (int(row.rank),), f"{seen}; {waits}.", fix[0].upper() + fix[1:],
+                                   evidence))
+            else:
+                out.append(Finding(
+                    "straggler_suspected", "low", (int(row.rank),),
+                    f"{seen}: too little evidence to call it a straggler (that takes p < {STRAGGLER_P:g} over at least "
+                    f"{MIN_TESTED} calls), but {waits}.",
+                    "Profile more steps, or use smaller DDP buckets for more collectives per step, to confirm it; if it "
+                    "holds, " + fix, evidence))
     return out
 
 

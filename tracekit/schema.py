@@ -129,3 +129,31 @@ GAP_COLUMNS = {
     "rank": "rank", "start_us": "gap start, from the run's origin", "dur_us": "gap length",
     "cause": "sync, data, comm_wait, host or other (see tracekit.causes)",
 }
+
+# summary.stragglers (ranks that pass the binomial test) and the records of run["straggler_suspicions"] (over the bar
+# with too little evidence): see tracekit.crossrank.arrival_evidence.
+STRAGGLER_COLUMNS = {
+    "rank": "rank",
+    "matched": "matched collectives of this rank in the window",
+    "last_arrivals": "of those, the ones it started strictly last",
+    "last_share": "last_arrivals / matched",
+    "expected_share": "the share chance gives: mean over its calls of 1 / ranks in the call",
+    "p_value": "binomial P[last at >= last_arrivals of matched] by chance",
+    "caused_wait_us_per_step": "per step, mean over the other ranks of their wall-clock wait in the calls it was last to",
+}
+
+# The records of run["clock_offsets"], one per rank: see tracekit.clocks.
+CLOCK_OFFSET_FIELDS = {
+    "rank": "rank",
+    "host": "host_name of its trace (None: unknown, the rank is its own clock)",
+    "offset_us": "its host's clock minus the reference host's (the lowest rank's); NaN when no call is shared",
+    "lower_us": "causal lower bound on offset_us: max over shared calls of (latest start on the host - earliest end "
+                "on the reference); NaN when the bounds are empty",
+    "upper_us": "causal upper bound: min over shared calls of (earliest end on the host - latest start on the "
+                "reference); NaN when the bounds are empty",
+    "noise_us": "1.4826 x median absolute deviation of the per-call difference of mean ends",
+    "samples": "matched synchronising calls shared with the reference host (reference: with any other host)",
+    "bounds": "reference, ok, inconsistent (lower > upper: a wrong match or drifting clocks) or none (no shared call)",
+    "conflicts": "shared calls whose own causal interval excludes offset_us (0 unless inconsistent)",
+    "corrected": "whether its times were moved by offset_us onto the reference clock",
+}
