@@ -5,6 +5,7 @@ from tracekit.compare import Comparison, compare
 from tracekit.config import Config
 from tracekit.errors import (
     DuplicateRankError,
+    EmptyTraceError,
     NoTracesError,
     NotATraceError,
     NotJSONError,
@@ -18,6 +19,6 @@ from tracekit.summary import Summary
 
 __all__ = [
     "summarize", "compare", "Summary", "Comparison", "Finding", "Config", "TracekitError", "TraceReadError", "TruncatedTraceError", "NotJSONError",
-    "NotATraceError", "NoTracesError", "DuplicateRankError", "RankUnknownError",
+    "NotATraceError", "EmptyTraceError", "NoTracesError", "DuplicateRankError", "RankUnknownError",
 ]
 __version__ = "0.1.0"

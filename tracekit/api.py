@@ -16,7 +16,7 @@ from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
 from tracekit.rank import RankResult
 from tracekit.reader import check_unique_ranks, find_trace_files, is_url
-from tracekit.schema import RANK_COLUMNS
+from tracekit.schema import DATA_QUALITY_COLUMNS, RANK_COLUMNS
 from tracekit.summary import Summary
 
 
@@ -105,7 +105,14 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     run["straggler_suspicions"] = crossrank.verdict(evidence, "suspected").to_dict("records")
     return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=findings.find(ranks, collectives, slow, run))
+                   findings=findings.find(ranks, collectives, slow, run), data_quality=_data_quality(results))
+
+
+def _data_quality(results: list[RankResult]) -> pd.DataFrame:
+    """One row per rank (schema.DATA_QUALITY_COLUMNS), in rank order."""
+    rows = [r.quality for r in results if len(r.quality)]
+    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    return table.reindex(columns=list(DATA_QUALITY_COLUMNS))
 
 
 def _expected_ranks(results: list[RankResult]):

@@ -1,7 +1,8 @@
 """Why a device sits idle: one cause per gap, read from what the host was doing at the time.
 
 Causes, first match wins:
-  sync       a synchronize call or a blocking copy was running on the host during the gap
+  sync       a host call that blocks until the device drains was running during the gap: a synchronize, a
+             blocking copy, or a free/pinned allocation (cudaFree/hipFree, cudaHostAlloc; see SYNC_CALL)
   data       a DataLoader ``__next__`` was running
   comm_wait  a host-side collective call or wait was running, or the work that ends the gap is a collective
   host       the launch of the work that ends the gap began after the gap started (the host was late)
@@ -18,9 +19,14 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
+from tracekit.reader import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 
 CAUSES = ("sync", "data", "comm_wait", "host", "other")
-SYNC_CALL = re.compile(r"(?i)synchronize$|^(cuda|hip)memcpy(withstream)?$|^(cuda|hip)memset$|^aten::(item|_local_scalar_dense)$")
+# Host calls that block until the device drains: every *Synchronize, blocking (not *Async) copies and memsets, frees
+# (the async stream-ordered cudaFreeAsync excepted) and pinned host allocations, and ops that read a device value.
+SYNC_CALL = re.compile(r"(?i)synchronize$|^(cuda|hip)memcpy(2d|3d|dtoh|htod|dtod|withstream)?$|^(cuda|hip)memset$"
+                       r"|^(cuda|hip)(free|freehost|hostfree|freearray|hostalloc|mallochost|hostmalloc)$"
+                       r"|^cumem(free|freehost|allochost)(_v2)?$|^aten::(item|_local_scalar_dense)$")
 DATA_LOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 HOST_COMM = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:|rccl:)|::wait$|^c10d::wait")
 DATA_PARALLEL_OP = "DataParallel.forward"  # torch.nn.DataParallel's forward: seen only when DataParallel runs
@@ -32,7 +38,8 @@ REDUCED_PRECISION = re.compile(r"(?i)bf16|fp16|f16|half|bfloat16|h884|h1688|h168
 def _host_set(events: pd.DataFrame, pattern: re.Pattern) -> iv.Intervals:
     names = events["name"].cat.categories
     wanted = names[[pattern.search(n) is not None for n in names]]
-    rows = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0) & events["kind"].isna()]
+    rows = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0) & events["kind"].isna()
+                  & ~events["cat"].isin(DEVICE_CATEGORIES)]  # host events (not device work launched pre-trace)
     return iv.merge(rows["ts_ns"].to_numpy(), (rows["ts_ns"] + rows["dur_ns"]).to_numpy())
 
 
@@ -70,7 +77,8 @@ def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.Data
     sync = events[events["name"].isin(sync_names)]
     if steps_in_window is not None:
         sync = sync[sync["step"].isin(steps_in_window["step"])]
-    sync = sync[sync["cat"] == "cuda_runtime"] if (sync["cat"] == "cuda_runtime").any() else sync.iloc[0:0]
+    runtime = sync["cat"].isin(RUNTIME_CATEGORIES)
+    sync = sync[runtime] if runtime.any() else sync.iloc[0:0]
     compute = dev[dev["kind"] == "compute"]
     names = compute["name"]
     reduced = names.isin([n for n in pd.unique(names.to_numpy()) if REDUCED_PRECISION.search(str(n)) is not None])

@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.reader import DEVICE_CATEGORIES
+from tracekit.reader import DEVICE_API, DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.schema import KINDS
 
 COMM_KERNEL = re.compile(r"nccl|rccl|hccl", re.IGNORECASE)
@@ -43,18 +43,24 @@ def step_table(events: pd.DataFrame) -> pd.DataFrame:
     return out.drop_duplicates(["rank", "step"]).sort_values(["rank", "start_ns"], ignore_index=True)
 
 
-def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
+def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None) -> pd.DataFrame:
     """A new events table with ``kind`` (device events only), ``launch_ns`` (start of the runtime call that
-    launched a device event, -1 if unknown), ``launch_row`` (that call's row, -1 if unknown) and ``step`` (every
-    event) added."""
+    launched a device event, -1 if unknown), ``launch_row`` (that call's row, -1 if unknown), ``pre_trace``
+    (launched before the trace began: see ``launched_before_trace``) and ``step`` (every event) added.
+
+    ``device_ranks``: the ranks whose traces are device traces (``reader.device_evidence``); the others are CPU-only,
+    and their training thread plays the device. None: the ranks with an event only a device trace has.
+    """
     out = events.copy()
     launch = _launch_of_device_events(out)
     kind = np.full(len(out), -1, dtype=np.int8)  # codes of KINDS; -1: not a device event
     is_device = out["cat"].isin(DEVICE_CATEGORIES).to_numpy()
-    gpu_ranks = set(out.loc[is_device, "rank"].unique().tolist())
-    on_gpu = out["rank"].isin(gpu_ranks).to_numpy()
+    if device_ranks is None:
+        cats = out["cat"].cat.categories
+        device_ranks = out.loc[out["cat"].isin(cats[cats.str.match(DEVICE_API.pattern)]), "rank"].unique()
+    on_gpu = out["rank"].isin(list(device_ranks)).to_numpy()
 
-    kernel = is_device & (out["cat"] == "kernel").to_numpy()
+    kernel = is_device & out["cat"].isin(("kernel", "mtia_ccp_events")).to_numpy()  # named by what they run
     comm = kernel & _name_matches(out, COMM_KERNEL)
     named = comm_args["collective"].notna() & (comm_args["collective"].astype(str).str.lower() != "wait")
     comm |= kernel & _rows_mask(out, comm_args.loc[named, ["rank", "row"]])
@@ -63,6 +69,8 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     kind[is_device] = KINDS.index("compute")
     kind[memory] = KINDS.index("memory")
     kind[comm] = KINDS.index("comm")
+    pre_trace = launched_before_trace(out, launch["launch_row"].to_numpy())
+    kind[pre_trace] = -1  # work of an earlier, unprofiled step: no kind, no step, no collective
 
     # CPU-only ranks: training-thread ops are compute, gloo collectives are communication.
     cpu_compute, cpu_comm = _cpu_device_events(out, ~on_gpu)
@@ -73,8 +81,47 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame) -> pd.DataFrame:
     out["launch_ns"] = launch["launch_ts_ns"].to_numpy()
     out["launch_row"] = launch["launch_row"].to_numpy()
     when = np.where(out["launch_ns"].to_numpy() >= 0, out["launch_ns"].to_numpy(), out["ts_ns"].to_numpy())
-    out["step"] = assign_steps(out["rank"].to_numpy(), when, step_table(out))
+    out["step"] = np.where(pre_trace, -1, assign_steps(out["rank"].to_numpy(), when, step_table(out)))
+    out["pre_trace"] = pre_trace
     return out
+
+
+def launched_before_trace(events: pd.DataFrame, launch_row: np.ndarray) -> np.ndarray:
+    """Per row: a device event launched before the trace began (the device runs behind the host, so the first
+    profiled step's device timeline starts with work launched in the last unprofiled one).
+
+    Such an event's launch is not in the trace, and it was issued before the first launch the trace holds: its
+    ``correlation`` id is below every launch call's of its rank (the ids count up per process), or, when it has
+    none, it starts before the first event of its stream whose launch is in the trace (a stream runs in issue
+    order). Only ranks where at least one device event is linked to its launch are judged: a trace whose events
+    carry no launch link at all (CPU-only, no runtime events, old formats) keeps every event.
+    """
+    rank = events["rank"].to_numpy().astype(np.int64)
+    corr = events["correlation"].to_numpy()
+    is_device = events["cat"].isin(DEVICE_CATEGORIES).to_numpy()
+    linked = is_device & (launch_row >= 0)
+    judged = is_device & (launch_row < 0) & np.isin(rank, np.unique(rank[linked]))
+    if not judged.any():
+        return judged
+    rows = np.flatnonzero(judged)
+    calls = events["cat"].isin(RUNTIME_CATEGORIES).to_numpy() & (corr >= 0)
+    below_ids = corr[rows] < _min_by(rank[calls], corr[calls], rank[rows])
+    stream_key = rank * (1 << 40) + events["stream"].to_numpy()
+    ts = events["ts_ns"].to_numpy()
+    before_stream = ts[rows] < _min_by(stream_key[linked], ts[linked], stream_key[rows])
+    out = np.zeros(len(events), dtype=bool)
+    out[rows] = np.where(corr[rows] >= 0, below_ids, before_stream)
+    return out
+
+
+def _min_by(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """For each query key: the least int64 value among ``values`` of that key; int64's minimum where it has none."""
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    least = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(least, inverse, values.astype(np.int64))
+    at = np.minimum(np.searchsorted(uniq, query), max(len(uniq) - 1, 0))
+    found = (at < len(uniq)) & (uniq[at] == query) if len(uniq) else np.zeros(len(query), dtype=bool)
+    return np.where(found, least[at] if len(uniq) else 0, np.iinfo(np.int64).min)
 
 
 def assign_steps(rank: np.ndarray, ts_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -98,7 +145,10 @@ def _launch_of_device_events(events: pd.DataFrame) -> pd.DataFrame:
     corr = events["correlation"].to_numpy()
     rank = events["rank"].to_numpy()
     device = np.flatnonzero(events["cat"].isin(DEVICE_CATEGORIES).to_numpy() & (corr >= 0))
-    runtime = np.flatnonzero((events["cat"] == "cuda_runtime").to_numpy() & (corr >= 0))
+    # Launch calls in the order of RUNTIME_CATEGORIES (runtime before driver), table order within each.
+    codes, cats = events["cat"].cat.codes.to_numpy(), list(events["cat"].cat.categories)
+    runtime = np.concatenate([np.flatnonzero((codes == cats.index(c)) & (corr >= 0))
+                              for c in RUNTIME_CATEGORIES if c in cats] + [np.empty(0, dtype=np.int64)])
     for r in np.unique(rank[device]):
         # Per rank, a correlation id names one runtime call (the first in the table where a trace repeats it).
         calls = runtime[rank[runtime] == r]

@@ -8,6 +8,7 @@ __all__ = [
     "TruncatedTraceError",
     "NotJSONError",
     "NotATraceError",
+    "EmptyTraceError",
     "NoTracesError",
     "DuplicateRankError",
     "RankUnknownError",
@@ -39,6 +40,12 @@ class NotJSONError(TraceReadError):
 
 class NotATraceError(TraceReadError):
     """Valid JSON, but not a PyTorch profiler (Kineto / Chrome) trace."""
+
+
+class EmptyTraceError(NotATraceError):
+    """A trace file that holds no events (``{"traceEvents": []}``, ``[]``): there is nothing to analyse.
+
+    In a folder of ranks it is skipped and listed like any other file that is not a trace; alone, it is raised."""
 
 
 class NoTracesError(TracekitError):

@@ -6,17 +6,18 @@ leaves the worker, so memory in the parent does not grow with trace size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tracekit import causes, metrics
+from tracekit import intervals as iv
 from tracekit.classify import COMM_ANNOTATION, STEP_NAME, classify, step_table
 from tracekit.collectives import collective_table
 from tracekit.config import Config
-from tracekit.reader import DEVICE_CATEGORIES, RankMeta, read_rank
+from tracekit.reader import RankMeta, read_rank
 
 # The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
 # out of the table (about half its events); a CPU-only trace keeps all, since its ops are the device work.
@@ -39,6 +40,7 @@ class RankResult:
     steps: pd.DataFrame         # metrics.step_breakdown, with in_window
     collectives: pd.DataFrame   # collectives.collective_table, with in_window
     gaps: pd.DataFrame          # metrics.gap_table over the window
+    quality: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row: data_quality_row
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:
@@ -52,7 +54,8 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     for col in ("cat", "name", "pid", "tid"):
         if not isinstance(events[col].dtype, pd.CategoricalDtype):
             events = events.assign(**{col: events[col].astype("category")})
-    events = classify(events, comm_args)
+    device_rank = meta.device_evidence is not None
+    events = classify(events, comm_args, device_ranks=[meta.rank] if device_rank else [])
     valid = events["dur_ns"] >= 0
     # The earliest usable event, counting host ops the reader left out; from the table when the meta has none.
     origin_ns = meta.first_ts_ns
@@ -66,13 +69,15 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     collectives = collective_table(events, comm_args, _pg_sizes(meta)).drop(columns=["row"])
     collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)
     step_rows = metrics.step_breakdown(dev_all, steps)
+    if dev_all.empty:  # no device event at all (kernels not collected): the steps' device times are unknown
+        step_rows = step_rows.assign(**{c: np.nan for c in _STEP_DEVICE_COLUMNS})
     step_rows["in_window"] = _in_window(step_rows["step"], steps, kept, config) if len(step_rows) else []
-    on_gpu = bool(events["cat"].isin(DEVICE_CATEGORIES).any())
     names = sorted({n for n in meta.device_names if n})
-    device = ("gpu" if not names else " / ".join(names)) if on_gpu else "cpu"
+    mtia = events["cat"].isin(["mtia_ccp_events", "mtia_runtime"]).any()
+    device = (" / ".join(names) if names else "mtia" if mtia else "gpu") if device_rank else "cpu"
 
     gaps = metrics.gap_table(dev)
-    gaps["cause"] = causes.gap_causes(gaps, dev, events, on_gpu)
+    gaps["cause"] = causes.gap_causes(gaps, dev, events, device_rank)
     # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
     breakdown = metrics.rank_breakdown(dev)
     if breakdown.empty:
@@ -80,9 +85,38 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     whole = config.window == "trace" or steps.empty
     extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, None if whole else kept),
               "compute_major": float("nan") if meta.compute_major is None else float(meta.compute_major)}
+    if dev.empty:  # no device time to split: unknown, not zero
+        extras.update({k: np.nan for k in extras if k.startswith("idle_") or k in _DEVICE_TIME_FACTS})
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
-                      steps=step_rows, collectives=collectives, gaps=gaps)
+                      steps=step_rows, collectives=collectives, gaps=gaps,
+                      quality=data_quality_row(meta, events, device_rank, len(dev_all)))
+
+
+_STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
+_DEVICE_TIME_FACTS = ("reduced_precision_us", "compute_kernel_us")
+
+
+def data_quality_row(meta: RankMeta, events: pd.DataFrame, device_rank: bool, device_events: int) -> pd.DataFrame:
+    """One row of ``Summary.data_quality``: what this rank's numbers rest on (columns: schema.DATA_QUALITY_COLUMNS).
+
+    ``events`` is classified; ``device_events`` counts the rank's device events with a usable duration.
+    """
+    early = events[events["pre_trace"].to_numpy() & (events["dur_ns"] >= 0).to_numpy()]
+    early_ns = iv.total(*iv.merge(early["ts_ns"].to_numpy(), (early["ts_ns"] + early["dur_ns"]).to_numpy()))
+    return pd.DataFrame({
+        "rank": [meta.rank],
+        "device_evidence": [meta.device_evidence or "none: a CPU-only trace"],
+        "device_events": [device_events],
+        "device_events_absent": [device_rank and device_events == 0],
+        "pre_trace_events": [int(events["pre_trace"].sum())],
+        "pre_trace_device_us": [early_ns / 1e3],
+        "dropped_events": [meta.dropped_events],
+        "unknown_categories": [", ".join(f"{c} ({n})" for c, n in meta.unknown_categories)],
+        "unknown_category_events": [sum(n for _, n in meta.unknown_categories)],
+        "rank_source": [meta.rank_source],
+        "shapes_recorded": pd.array([meta.shapes_recorded], dtype="boolean"),
+    })
 
 
 def _in_window(step: pd.Series, steps: pd.DataFrame, kept: pd.DataFrame, config: Config) -> np.ndarray:

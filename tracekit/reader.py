@@ -27,6 +27,7 @@ from isal.igzip_lib import IsalError
 
 from tracekit.errors import (
     DuplicateRankError,
+    EmptyTraceError,
     NotATraceError,
     NotJSONError,
     NoTracesError,
@@ -44,6 +45,7 @@ class _Args(msgspec.Struct, gc=False):
     external_id_old: _Id = msgspec.field(default=None, name="external id")
     correlation: _Id = None
     stream: _Id = None
+    device: _Id = None
     collective: str | None = msgspec.field(default=None, name="Collective name")
     dtype: str | None = None
     in_nelems: _Num = msgspec.field(default=None, name="In msg nelems")
@@ -134,7 +136,21 @@ _CATEGORY_ALIASES = {
     "operator": "cpu_op",
     "async_gpu": "gpu_user_annotation",
 }
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Work that runs on a device: GPU kernels and copies, and MTIA's device events (``mtia_ccp_events``).
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
+# Host calls that launch device work; a device event's ``correlation`` names one of them. Runtime calls come first:
+# where a runtime call and a driver call share a correlation id, the runtime call is the launch.
+RUNTIME_CATEGORIES = ("cuda_runtime", "mtia_runtime", "xpu_runtime", "privateuse1_runtime",
+                      "cuda_driver", "xpu_driver", "privateuse1_driver")
+# Categories only a trace of a device (GPU, MTIA, XPU, HPU, ...) has: its events, its API calls, its annotations.
+DEVICE_API = re.compile(r"^(kernel|gpu_|cuda_|hip_|mtia_|xpu_|hpu_|mlu_|gcu_|privateuse1_)")
+# Every category tracekit knows (today's names); events of other categories are kept as host events and reported.
+KNOWN_CATEGORIES = frozenset((*DEVICE_CATEGORIES, *RUNTIME_CATEGORIES, "cpu_op", "user_annotation",
+                              "gpu_user_annotation", "python_function", "cpu_instant_event", "overhead", "trace",
+                              "cuda_sync", "cuda_event", "cuda_profiler_range", "mtia_insight", "mtia_counters",
+                              "external_correlation", "collective_comm", "xpu_sync"))
+# record_shapes is one switch for every op: the first CPU ops of a trace show whether shapes were recorded.
+_SHAPE_PROBE_OPS = 1000
 _COMM_PREFIXES = ("nccl:", "gloo:", "rccl:", "c10d::", "record_param_comms")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".gz")
@@ -156,6 +172,10 @@ class RankMeta:
     pg_config: tuple[dict, ...]
     dropped_events: int  # events with no or impossible duration
     first_ts_ns: int | None = None  # start of the earliest event with a usable duration (None: there is none)
+    rank_source: str = "distributedInfo"  # where the rank came from: distributedInfo, file name, or only file
+    shapes_recorded: bool | None = None  # Input Dims on CPU ops (record_shapes=True); None: no CPU op to tell
+    unknown_categories: tuple[tuple[str, int], ...] = ()  # (category, events) of categories tracekit does not know
+    device_evidence: str | None = None  # why this is a device rank (None: a CPU-only rank); see device_evidence()
 
 
 @dataclass(frozen=True)
@@ -260,13 +280,17 @@ def read_rank(path: str | Path, default_rank: int | None = None,
 def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, fast: bool):
     trace, complete = _decode_fast(data) if fast else _decode_general(path, data)
     info = None if isinstance(trace, list) else trace.distributedInfo
-    rank = _rank_of(path, info, default_rank)
+    rank, rank_source = _rank_of(path, info, default_rank)
     base_ns = 0 if isinstance(trace, list) else int(trace.baseTimeNanoseconds or 0)
     if complete is None:
         raise NotATraceError(path, "a JSON array whose items are not trace events", rank)
-    events, comm_args, dropped, first_ts_ns = _tables(complete, rank, base_ns, host_ops)
+    events, comm_args, dropped, first_ts_ns, facts = _tables(complete, rank, base_ns, host_ops)
+    if len(events) == 0:
+        raise EmptyTraceError(path, "an empty trace: it holds no events with a duration", rank)
     props = () if isinstance(trace, list) else tuple(trace.deviceProperties or ())
     devices = tuple(d.name or "" for d in props)
+    counts = events["cat"].value_counts(sort=False)
+    unknown = tuple((str(c), int(n)) for c, n in counts.items() if n > 0 and c not in KNOWN_CATEGORIES)
     majors = [int(d.computeMajor) for d in props if d.computeMajor is not None]
     meta = RankMeta(
         path=str(path),
@@ -280,8 +304,37 @@ def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, fas
         pg_config=tuple(_decode_raw(info.pg_config, list) or ()) if info else (),
         dropped_events=dropped,
         first_ts_ns=first_ts_ns,
+        rank_source=rank_source,
+        shapes_recorded=facts["shapes_recorded"],
+        unknown_categories=unknown,
+        device_evidence=device_evidence(events, facts["device_arg_cats"], len(props),
+                                        info.backend if info else None),
     )
     return meta, events, comm_args
+
+
+def device_evidence(events: pd.DataFrame, device_arg_categories=(), devices: int = 0,
+                    backend: str | None = None) -> str | None:
+    """Why one rank's trace is a device (GPU, MTIA, ...) trace, or None for a CPU-only one.
+
+    The trace says so by, first match wins: device events (kernels, copies, MTIA events); other events only a device
+    trace has (runtime calls, ``gpu_*``, ``mtia_*``, ``cuda_profiler_range``...); events of an unknown category that
+    carry a ``device`` arg; or ``deviceProperties`` listing a device, unless the rank communicates through gloo (the
+    CPU backend: a CPU job profiled on a machine that has GPUs still lists them).
+    """
+    cats = [str(c) for c, n in events["cat"].value_counts(sort=False).items() if n > 0]
+    found = sorted(c for c in cats if c in DEVICE_CATEGORIES)
+    if found:
+        return "device events (" + ", ".join(found) + ")"
+    found = sorted(c for c in cats if DEVICE_API.match(c))
+    if found:
+        return "device API events (" + ", ".join(found) + ")"
+    if device_arg_categories:
+        return "a device arg on " + ", ".join(sorted(device_arg_categories)) + " events"
+    names = events["name"].cat.categories if isinstance(events["name"].dtype, pd.CategoricalDtype) else \
+        pd.Index(events["name"].astype(str).unique())
+    gloo = backend == "gloo" or bool(names.astype(str).str.startswith("gloo:").any())
+    return "deviceProperties" if devices and not gloo else None
 
 
 def is_url(path: str | Path) -> bool:
@@ -403,22 +456,24 @@ def _decode(path: Path, data: bytes):
         raise NotJSONError(path, f"not valid JSON ({err})") from None
 
 
-def _rank_of(path: Path, info: _DistributedInfo | None, default_rank: int | None) -> int:
+def _rank_of(path: Path, info: _DistributedInfo | None, default_rank: int | None) -> tuple[int, str]:
+    """(rank, where it came from: ``distributedInfo``, ``file name`` or ``only file``)."""
     if info is not None and info.rank is not None:
         try:
-            return int(info.rank)
+            return int(info.rank), "distributedInfo"
         except ValueError:
             pass
     match = _RANK_IN_NAME.search(_file_name(path))
     if match:
-        return int(match.group(1))
+        return int(match.group(1)), "file name"
     if default_rank is not None:
-        return default_rank
+        return default_rank, "only file"
     raise RankUnknownError(path, "no rank in distributedInfo or the file name (rank3., rank-3, worker3)")
 
 
 def _tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
-    """(events, comm_args, events dropped, first usable start) of one rank's chunks of complete events."""
+    """(events, comm_args, events dropped, first usable start, facts) of one rank's chunks of complete events;
+    facts: ``shapes_recorded`` (see RankMeta) and ``device_arg_cats``, the unknown categories with a ``device`` arg."""
     keep_name = _NameFilter(host_ops)
     parts = [_chunk_columns(events, keep_name) for events in chunks]
     n = sum(len(p["ts"]) for p in parts)
@@ -452,7 +507,10 @@ def _tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
     comm_rows = [int(row + off) for p, off in zip(parts, offsets) for row in p["comm_rows"]]
     args = dict(zip(comm_rows, [a for p in parts for a in p["comm_args"]]))
     names = dict(zip(comm_rows, [name for p in parts for name in p["comm_names"]]))
-    return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns
+    shapes = [p["shapes"] for p in parts if p["shapes"] is not None]
+    facts = {"shapes_recorded": any(shapes) if shapes else None,
+             "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]}}
+    return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns, facts
 
 
 def _category(cat: str) -> str:
@@ -501,8 +559,11 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
     One list comprehension per field (the cheapest way to read a struct field per event), then vectorized work.
     CPU ops that ``keep_name`` leaves out get no row: only their times are kept (``left_ts``, ``left_dur``).
     """
+    shapes = _shapes_recorded(events)
     events, left = keep_name.split(events)
     args = [e.args or _NO_ARGS for e in events]  # the general decoder leaves args None when there are none
+    cats = _factorized([e.cat for e in events])
+    unknown = {c for c in cats[1] if _category(c) not in KNOWN_CATEGORIES}
     name = [e.name for e in events]
     names = _factorized(name)
     tids = _factorized([e.tid for e in events], mixed=True)
@@ -511,13 +572,24 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
     comm_rows = np.flatnonzero(comm_name[names[0]] | has_collective.to_numpy(zero_copy_only=False))
     return {
         "ts": _floats_of(events, "ts"), "dur": _floats_of(events, "dur"),
-        "cat": _factorized([e.cat for e in events]), "name": names,
+        "cat": cats, "name": names,
         "pid": _factorized([e.pid for e in events], mixed=True), "tid": tids, "tid_num": _ids(tids[1])[tids[0]],
         "correlation": _ids([a.correlation for a in args]), "stream": _ids([a.stream for a in args]),
         "external_id": _ids([a.external_id if a.external_id is not None else a.external_id_old for a in args]),
         "comm_rows": comm_rows, "comm_args": [args[i] for i in comm_rows], "comm_names": [name[i] for i in comm_rows],
         "left_ts": _floats_of(left, "ts"), "left_dur": _floats_of(left, "dur"),
+        "shapes": shapes,
+        "device_arg_cats": {_category(e.cat) for e in events if e.cat in unknown and e.args is not None
+                            and e.args.device is not None} if unknown else set(),
     }
+
+
+def _shapes_recorded(events: list) -> bool | None:
+    """Whether the first CPU ops of a chunk carry ``Input Dims`` (``record_shapes=True``); None without CPU ops."""
+    ops = list(itertools.islice((e for e in events if _category(e.cat) == "cpu_op"), _SHAPE_PROBE_OPS))
+    if not ops:
+        return None
+    return any(e.args is not None and len(e.args.input_dims) > 0 for e in ops)
 
 
 def _floats_of(events: list, attr: str) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tracekit import findings as checks
+from tracekit import quality
 from tracekit.fmt import is_unknown, mb, ms, num, pct, share
 from tracekit.summary import Summary
 
@@ -32,6 +33,7 @@ def text_report(summary: Summary) -> str:
     lines += ["", "Per rank: times in ms, (%) their share of the rank's span; comm overlapped: % of comm under compute",
               _rank_lines(summary.ranks), ""]
     lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
+    lines += _quality_lines(summary)
     lines += _findings_lines(summary.findings)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -99,3 +101,9 @@ def _indent(text: str) -> str:
 
 def _v(v) -> str:
     return "unknown" if is_unknown(v) else str(v)
+
+
+def _quality_lines(summary: Summary) -> list[str]:
+    """The data-quality notes that apply (``tracekit.quality``), or nothing when every rank is clean."""
+    found = quality.notes(summary.data_quality)
+    return ["Data quality (what the numbers above rest on)", *(f"  {n}" for n in found), ""] if found else []

@@ -4,7 +4,9 @@ Glossary
 --------
 rank        One process of the job; its trace is one file. ``distributedInfo.rank`` names it.
 device      Where a rank's work runs: a GPU, or the CPU training thread(s) on CPU-only (gloo) runs.
-device event  A kernel, memcpy or memset on a GPU; on CPU-only traces, a CPU op or a gloo collective.
+device event  A kernel, memcpy or memset on a GPU, an MTIA device event (``mtia_ccp_events``); on CPU-only
+            traces, a CPU op or a gloo collective.
+device rank A rank whose trace says it ran a device (``reader.device_evidence``); all other ranks are CPU-only.
 kind        What a device event does: ``compute``, ``comm`` (communication) or ``memory``.
 step        One ``ProfilerStep#N`` annotation; the workloads make one step one optimizer step.
 window      The time range metrics are computed over (see ``Config.window``).
@@ -38,10 +40,13 @@ EVENT_COLUMNS = {
     "correlation": ("int64", "CUDA/HIP correlation id linking a launch to its kernel; -1 when absent"),
     "external_id": ("int64", "Kineto external id; -1 when absent"),
     "stream": ("int64", "GPU stream of a device event; -1 when absent or not numeric"),
-    "kind": ("category", "compute / comm / memory for device events; missing for host events"),
+    "kind": ("category", "compute / comm / memory for device events; missing for host events and pre_trace ones"),
     "launch_ns": ("int64", "start of the runtime call that launched a device event; -1 when unknown"),
     "launch_row": ("int64", "row of that runtime call in the events table; -1 when unknown"),
-    "step": ("int64", "ProfilerStep number the event belongs to (device events: by their launch); -1 outside steps"),
+    "step": ("int64", "ProfilerStep number the event belongs to (device events: by their launch); -1 outside steps "
+             "and for events launched before the trace"),
+    "pre_trace": ("bool", "a device event launched before the trace began (classify.launched_before_trace): left "
+                  "out of every metric, step and collective, counted in data_quality"),
 }
 
 # Communication metadata, one row per communication-related event (annotation, record_param_comms, kernel).
@@ -124,6 +129,25 @@ COLLECTIVE_COLUMNS = {
     "transfer_us": "own end - latest start, never negative (NaN unless matched)",
     "last_arrival": "this rank started strictly last",
 }
+
+DATA_QUALITY_COLUMNS = {
+    "rank": "rank",
+    "device_evidence": "why the rank is a device rank (device events, device API events, a device arg, "
+                       "deviceProperties), or 'none: a CPU-only trace'",
+    "device_events": "device events with a usable duration (CPU-only ranks: the training thread's ops and gloo calls)",
+    "device_events_absent": "a device rank whose trace holds no device event (kernels not collected): its device "
+                            "metrics are NaN",
+    "pre_trace_events": "device events launched before the trace began: left out of the window, steps and collectives",
+    "pre_trace_device_us": "union of those events' device time",
+    "dropped_events": "events dropped for no, negative or impossible durations",
+    "unknown_categories": "categories tracekit does not know, with their event counts ('' when none); "
+                          "their events are read as host events",
+    "unknown_category_events": "events of those categories",
+    "rank_source": "where the rank came from: distributedInfo, file name, or only file (a single trace, rank 0)",
+    "shapes_recorded": "CPU ops carry Input Dims (record_shapes=True); False: sizes that need them are unknown; "
+                       "missing when the trace has no CPU op",
+}
+
 
 GAP_COLUMNS = {
     "rank": "rank", "start_us": "gap start, from the run's origin", "dur_us": "gap length",

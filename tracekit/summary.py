@@ -10,6 +10,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from tracekit.schema import DATA_QUALITY_COLUMNS
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -23,6 +25,8 @@ class Summary:
       stragglers   ranks that arrive last at collectives far more often than chance
       imbalance    per step: slowest and median step time across ranks
       mismatches   collectives that do not line up across ranks
+      data_quality one row per rank: what its numbers rest on (events launched before the trace, dropped
+                   events, unknown categories, where the rank came from, shapes recorded, device events absent)
     ``findings`` lists what to change, most severe first.
     ``run`` holds facts about the run: world size, backend, devices, files read and skipped, the window.
     """
@@ -36,6 +40,7 @@ class Summary:
     imbalance: pd.DataFrame = field(default_factory=pd.DataFrame)
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
     findings: tuple = ()
+    data_quality: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(DATA_QUALITY_COLUMNS)))
 
     def clock_shift_ns(self, rank: int) -> int:
         """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
@@ -63,6 +68,7 @@ class Summary:
             "imbalance": _records(self.imbalance),
             "mismatches": _records(self.mismatches),
             "findings": [_plain(f.to_dict()) for f in self.findings],
+            "data_quality": _records(self.data_quality),
         }
 
     def to_json(self) -> str:

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import fmt, state
-from tracekit import charts
+from tracekit import charts, quality
 from tracekit.report import throughput
 
 ctx = state.context()
@@ -41,6 +41,16 @@ else:
         severity = str(getattr(f, "severity", ""))
         box = st.error if severity in ("high", "critical") else st.warning if severity in ("medium", "warning") else st.info
         box(f"**{getattr(f, 'message', f)}**  \n{getattr(f, 'recommendation', '')}")
+
+quality_table = getattr(s, "data_quality", None)
+quality_notes = quality.notes(quality_table) if quality_table is not None else []
+if quality_notes:
+    st.subheader("Data quality")
+    st.caption("What the numbers rest on: the notes that apply to this run's traces.")
+    for note in quality_notes:
+        st.info(note)
+    with st.expander("Per rank"):
+        st.dataframe(quality_table, hide_index=True)
 
 st.subheader("Per rank")
 st.dataframe(s.ranks, hide_index=True, column_config=fmt.columns(s.ranks))
