@@ -1,4 +1,5 @@
-"""tracekit viewer: ``streamlit run app/main.py`` (other root folders: ``streamlit run app/main.py -- --root DIR``).
+"""tracekit viewer: ``streamlit run app/main.py -- runs/quickstart`` opens that run first; with no run named it opens
+the newest run under ``runs/`` (else a bundled sample). Other root folders: ``-- --root DIR`` (repeatable).
 
 The sidebar picks a run under the root folders (default: ``sample_traces/`` and ``runs/``) or takes an upload;
 the pages show it. The run, page and rank live in the URL, so a link can be shared.
@@ -41,10 +42,15 @@ def main() -> None:
     if wanted in pages and wanted != (page.url_path or "overview") and page.url_path in ("", "overview"):
         st.switch_page(pages[wanted])  # a shared link that names its page with ?page=
 
-    roots = paths.parse_roots(sys.argv[1:], reserved=(UPLOAD_LABEL,)) + _upload_root()
+    try:
+        roots, named = paths.parse_args(sys.argv[1:], reserved=(UPLOAD_LABEL,))
+    except paths.PathRefused as err:
+        st.sidebar.error(f"The run named on the command line is not opened: {err}")
+        roots, named = paths.parse_roots(sys.argv[1:], reserved=(UPLOAD_LABEL,)), None
+    roots += _upload_root()
     st.session_state.pop(state.CONTEXT, None)
     with st.sidebar:
-        run_id, runs = _pick_run(roots)
+        run_id, runs = _pick_run(roots, named)
         _upload_box()
     if run_id is not None:
         ctx = _open(roots, tuple(runs), run_id)
@@ -65,7 +71,7 @@ def _upload_root() -> tuple[paths.Root, ...]:
     return (paths.Root(UPLOAD_LABEL, Path(folder)),)
 
 
-def _pick_run(roots: tuple[paths.Root, ...]) -> tuple[str | None, list[str]]:
+def _pick_run(roots: tuple[paths.Root, ...], named: str | None) -> tuple[str | None, list[str]]:
     st.header("tracekit")
     runs = paths.list_runs(roots)
     for source, asked in (("the link", state.take_from_url("run")),
@@ -85,8 +91,9 @@ def _pick_run(roots: tuple[paths.Root, ...]) -> tuple[str | None, list[str]]:
         st.info("No runs under " + ", ".join(f"`{r.path}`" for r in roots if r.label != UPLOAD_LABEL)
                 + ". Make one with `python -m workloads.resnet --profile`, or upload traces below.")
         return None, runs
-    if st.session_state.get("run") not in runs:
-        st.session_state["run"] = next((r for r in runs if r.endswith("/" + PREFERRED)), runs[0])
+    if st.session_state.get("run") not in runs:  # first: the run named on the command line, the newest, a sample
+        st.session_state["run"] = (named if named in runs else None) or paths.newest_run(runs, roots) or next(
+            (r for r in runs if r.endswith("/" + PREFERRED)), runs[0])
     run_id = st.selectbox("Run", runs, key="run", help="folders with traces under: "
                           + ", ".join(str(r.path) for r in roots))
     st.text_input("Open a run by its id", key="tracekit.typed_run", placeholder="sample_traces/<run>",

@@ -12,9 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from tracekit.reader import TRACE_SUFFIXES
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_ROOTS = (REPO / "sample_traces", REPO / "runs")
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+RUNS = REPO / "runs"  # where the workloads write: with no run named, the viewer opens the newest run here
+DEFAULT_ROOTS = (REPO / "sample_traces", RUNS)
 NOT_TRACES = ("run.json",)  # a workload's own facts, next to its traces
 MAX_DEPTH = 3  # how deep under a root runs are looked for
 
@@ -31,6 +33,13 @@ class Root:
     path: Path
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamlit run app/main.py --", add_help=False)
+    parser.add_argument("run", nargs="?", default=None, help="a run folder to open first")
+    parser.add_argument("--root", action="append", default=[], help="folder of runs (repeatable)")
+    return parser
+
+
 def parse_roots(argv: list[str], reserved: tuple[str, ...] = ()) -> tuple[Root, ...]:
     """Roots from the arguments after ``--`` (``--root DIR``, repeatable); the defaults when none is given.
 
@@ -40,10 +49,40 @@ def parse_roots(argv: list[str], reserved: tuple[str, ...] = ()) -> tuple[Root, 
     >>> [r.label for r in parse_roots(["--root", "/tmp", "--root", "/var/tmp"])]
     ['tmp', 'tmp-2']
     """
-    parser = argparse.ArgumentParser(prog="streamlit run app/main.py --", add_help=False)
-    parser.add_argument("--root", action="append", default=[], help="folder of runs (repeatable)")
-    given, _ = parser.parse_known_args(argv)
-    folders = [Path(p).expanduser().absolute() for p in given.root] or list(DEFAULT_ROOTS)
+    given, _ = _parser().parse_known_args(argv)
+    return _labelled([Path(p).expanduser().absolute() for p in given.root] or list(DEFAULT_ROOTS), reserved)
+
+
+def parse_args(argv: list[str], reserved: tuple[str, ...] = ()) -> tuple[tuple[Root, ...], str | None]:
+    """The roots and the id of the run named on the command line (``streamlit run app/main.py -- runs/quickstart``).
+
+    A named run folder outside every root becomes a root of its own, so it can be opened; the person who starts
+    the viewer chose it. ``PathRefused`` when the named folder holds no trace files.
+    """
+    given, _ = _parser().parse_known_args(argv)
+    roots = parse_roots(argv, reserved)
+    if given.run is None:
+        return roots, None
+    folder = Path(given.run).expanduser().resolve()
+    if not folder.is_dir() or not any(is_trace_name(f.name) for f in folder.iterdir() if f.is_file()):
+        raise PathRefused(f"{given.run}: not a folder of trace files")
+    for root in roots:
+        base = root.path.resolve()
+        if folder == base or base in folder.parents:
+            return roots, "/".join((root.label, *folder.relative_to(base).parts))
+    roots = _labelled([*(r.path for r in roots), folder], reserved)
+    return roots, roots[-1].label
+
+
+def newest_run(runs: list[str], roots: tuple[Root, ...]) -> str | None:
+    """The most recently written run (folder modification time) under the workloads' ``runs/`` root, if any."""
+    under = [r for r in roots if r.path.absolute() == RUNS.absolute()]
+    found = [(resolve_run(run, roots).stat().st_mtime_ns, run) for run in runs
+             for root in under if run.split("/", 1)[0] == root.label]
+    return max(found)[1] if found else None
+
+
+def _labelled(folders: list[Path], reserved: tuple[str, ...]) -> tuple[Root, ...]:
     roots: list[Root] = []
     for folder in folders:
         label, n = folder.name or "root", 1

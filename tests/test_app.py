@@ -157,14 +157,51 @@ def test_a_timeline_link_opens_the_step_of_the_gap(app, root):
     assert any(s.get("line", {}).get("dash") == "dot" for s in layout["shapes"])  # the moment is marked
 
 
-def test_the_default_opens_a_run_with_no_arguments(monkeypatch):
+def test_the_default_opens_a_run_with_no_arguments(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "argv", ["main.py"])
+    monkeypatch.setattr(paths, "RUNS", tmp_path / "runs")  # no workload run yet: a bundled sample opens
+    monkeypatch.setattr(paths, "DEFAULT_ROOTS", (paths.DEFAULT_ROOTS[0], tmp_path / "runs"))
     at = AppTest.from_file(MAIN, default_timeout=60).run()
     no_exception(at)
     if sample_run_names():
         assert at.selectbox(key="run").value.startswith("sample_traces/")
     else:
         assert at.sidebar.info
+
+
+def test_with_no_run_named_the_newest_run_under_runs_opens(monkeypatch, tmp_path):
+    runs = tmp_path / "runs"
+    newer, older = write_tiny_run(runs / "b-newer"), write_tiny_run(runs / "a-older")
+    os.utime(older, ns=(1_000_000_000, 1_000_000_000))
+    os.utime(newer, ns=(2_000_000_000, 2_000_000_000))
+    monkeypatch.setattr(paths, "RUNS", runs)
+    monkeypatch.setattr(paths, "DEFAULT_ROOTS", (paths.DEFAULT_ROOTS[0], runs))
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+    at = AppTest.from_file(MAIN, default_timeout=60).run()
+    no_exception(at)
+    assert at.selectbox(key="run").value == "runs/b-newer"
+
+
+def test_the_run_named_on_the_command_line_opens(root, monkeypatch, tmp_path):
+    # streamlit run app/main.py -- runs/tiny-copy, from the folder that holds runs/
+    monkeypatch.chdir(root.parent)
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(root), "runs/tiny-copy"])
+    at = AppTest.from_file(MAIN, default_timeout=60).run()
+    no_exception(at)
+    assert at.selectbox(key="run").value == "runs/tiny-copy" and not at.error
+    # A run outside every root is opened all the same, as a root of its own.
+    outside = write_tiny_run(tmp_path / "elsewhere" / "quickstart")
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(root), str(outside)])
+    at = AppTest.from_file(MAIN, default_timeout=60).run()
+    no_exception(at)
+    assert at.selectbox(key="run").value == "quickstart"
+    assert at.sidebar.caption[0].value.startswith("2 rank(s)")
+    # A folder without traces is said so, and the viewer opens as without it.
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(root), str(tmp_path)])
+    at = AppTest.from_file(MAIN, default_timeout=60).run()
+    no_exception(at)
+    assert any("not a folder of trace files" in e.value for e in at.sidebar.error)
+    assert at.selectbox(key="run").value.startswith("runs/")
 
 
 def test_a_broken_run_shows_one_message(tmp_path, monkeypatch):

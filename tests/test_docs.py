@@ -1,14 +1,17 @@
 """Documentation is part of the interface: public names have docstrings, CLI commands have help, examples run."""
 
+import argparse
 import doctest
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import tracekit
 import tracekit.api
+import tracekit.fmt
 import tracekit.intervals
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,24 +27,60 @@ def test_every_public_name_has_a_docstring():
                     assert inspect.getdoc(value), f"{name}.{member}"
 
 
+def _commands(parser: argparse.ArgumentParser, path=()):
+    """Every (sub)command of the parser, as its argument path: ("summarize",), ("cache", "info"), ..."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name)
+                yield from _commands(sub, (*path, name))
+
+
 def test_every_cli_command_has_help():
+    from tracekit.cli import build_parser
+
     out = subprocess.run([sys.executable, "-m", "tracekit", "--help"], capture_output=True, text=True, check=True).stdout
-    commands = ["summarize", "compare"] + [c for c in ("report",) if c in out]
+    commands = list(_commands(build_parser()))
+    assert {("summarize",), ("compare",), ("report",), ("cache", "info"), ("cache", "clear")} <= set(commands)
     for command in commands:
-        assert command in out
-        sub = subprocess.run([sys.executable, "-m", "tracekit", command, "--help"], capture_output=True, text=True)
+        if len(command) == 1:
+            assert command[0] in out
+        sub = subprocess.run([sys.executable, "-m", "tracekit", *command, "--help"], capture_output=True, text=True)
         assert sub.returncode == 0 and "usage:" in sub.stdout, command
+
+
+def test_readme_main_job_installs_only_what_it_needs_and_ends_with_the_viewer_command():
+    readme = (ROOT / "README.md").read_text()
+    main_job = next(line for line in readme.splitlines() if "workloads.resnet --profile --out" in line)
+    assert ".venv/bin/pip install -e '.[workloads,app]' &&" in main_job
+    out = re.search(r"--out (\S+)", main_job).group(1)
+    # Its last step prints exactly the command that opens the viewer on the run it made.
+    assert main_job.endswith(f'&& echo ".venv/bin/streamlit run app/main.py -- {out}"')
+    assert f"streamlit run app/main.py -- {out}" in readme.split("## Viewer")[1]
+
+
+def test_step_times_is_the_rank_by_step_table(tmp_path):
+    from tracedata import kernel, step, write_trace
+
+    for rank, lengths in ((0, (100, 200, 300)), (1, (150, 250, 50))):
+        starts = [0, lengths[0], lengths[0] + lengths[1]]
+        events = [step(i + 1, t, d) for i, (t, d) in enumerate(zip(starts, lengths))]
+        write_trace(tmp_path / f"rank{rank}.json", events + [kernel("gemm", 0, 10)], rank=rank)
+    table = tracekit.summarize(tmp_path, workers=1, cache=False).step_times()
+    # Steps run to the next step's start; the last one to its annotation's end.
+    assert table.index.tolist() == [0, 1] and table.columns.tolist() == [1, 2, 3]
+    assert table.to_numpy().tolist() == [[100, 200, 300], [150, 250, 50]]
 
 
 def test_docstring_examples_run(monkeypatch):
     monkeypatch.chdir(ROOT)
-    for module in (tracekit.intervals, tracekit.api):
+    for module in (tracekit.intervals, tracekit.api, tracekit.fmt):
         result = doctest.testmod(module, raise_on_error=False, verbose=False)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
 def test_json_and_text_renderings():
-    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank")
+    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False)
     data = json.loads(s.to_json())
     assert set(data) >= {"run", "ranks", "steps", "collectives", "gaps", "stragglers", "findings"}
     assert data["ranks"][0]["rank"] == 0 and len(data["ranks"]) == len(s.ranks)
@@ -58,7 +97,7 @@ def test_json_and_text_renderings():
 def test_schema_names_every_column():
     from tracekit import schema
 
-    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank")
+    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False)
     assert list(s.ranks.columns) == list(schema.RANK_COLUMNS)
     assert list(s.steps.columns) == list(schema.STEP_COLUMNS)
     assert list(s.collectives.columns) == list(schema.COLLECTIVE_COLUMNS)

@@ -153,7 +153,7 @@ KNOWN_CATEGORIES = frozenset((*DEVICE_CATEGORIES, *RUNTIME_CATEGORIES, "cpu_op",
 _SHAPE_PROBE_OPS = 1000
 _COMM_PREFIXES = ("nccl:", "gloo:", "rccl:", "c10d::", "record_param_comms")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
-_TRACE_SUFFIXES = (".json", ".gz")
+TRACE_SUFFIXES = (".json", ".gz")  # what a trace file's name ends with (".json.gz" included); the viewer uses it too
 _MAX_US = 9.2e15  # int64 nanoseconds end here
 
 
@@ -200,7 +200,7 @@ def find_trace_files(path: str | Path) -> list[Path | str]:
         return [path]
     if not path.is_dir():
         raise NoTracesError(f"{path}: no such file or folder")
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     if not files:
         raise NoTracesError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
     return files
@@ -215,7 +215,7 @@ def _find_remote_trace_files(url: str) -> list[str]:
     if not fs.isdir(root):
         raise NoTracesError(f"{url}: no such file or folder")
     files = sorted(info["name"] for info in fs.ls(root, detail=True)
-                   if info.get("type") == "file" and info["name"].endswith(_TRACE_SUFFIXES))
+                   if info.get("type") == "file" and info["name"].endswith(TRACE_SUFFIXES))
     if not files:
         raise NoTracesError(f"{url}: no trace files (*.json, *.json.gz) in this folder")
     return [fs.unstrip_protocol(f) for f in files]
