@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from workloads.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -55,7 +56,7 @@ def browser(args) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(REPO / "app" / "main.py"), "--server.headless", "true",
          "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
@@ -122,12 +123,6 @@ def browser(args) -> None:
         server.terminate()
         server.wait(timeout=10)
         profile.cleanup()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(port: int, timeout: float = 60) -> None:

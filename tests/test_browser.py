@@ -4,7 +4,6 @@ Streamlit exception; a screenshot of each page is saved under ``build/screenshot
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from urllib.parse import urlencode
 import pytest
 
 from viewer_runs import REPO, make_root
+from workloads.ports import free_port
 
 webdriver = pytest.importorskip("selenium.webdriver")
 pytest.importorskip("streamlit")
@@ -30,12 +30,6 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
                                 reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_app(root: Path, port: int) -> subprocess.Popen:

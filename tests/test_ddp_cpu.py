@@ -1,7 +1,6 @@
 """A real CPU DDP run (torch + gloo) made by the test itself: DDP all-reduces exactly the trainable gradients each step."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,21 +9,16 @@ import numpy as np
 import pytest
 
 import tracekit
+from workloads.ports import free_port
 
 pytest.importorskip("torch")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     script = Path(__file__).with_name("ddp_cpu_run.py")
-    subprocess.run([sys.executable, str(script), str(out), "2", str(_free_port())], check=True, timeout=300,
+    subprocess.run([sys.executable, str(script), str(out), "2", str(free_port())], check=True, timeout=300,
                    capture_output=True)
     return out
 

@@ -18,7 +18,6 @@ import datetime
 import logging
 import os
 import signal
-import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from workloads.config import ConfigError, TrainConfig, fail
+from workloads.ports import free_port
 from workloads.record import claim_out
 
 STOP_GRACE_S = 3.0
@@ -118,7 +118,7 @@ def _launch(train: Callable, cfg: TrainConfig) -> None:
         _in_process(train, cfg, int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
         return
     world = gpus or cfg.nproc
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     if world == 1:
         os.environ.update(env)
         _in_process(train, cfg, 0, 0, 1)
@@ -131,12 +131,6 @@ def _in_process(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, w
         _run_rank(train, cfg, rank, local_rank, world)
     except Exception as e:
         raise RankFailed(f"rank {rank} failed: {_describe(e)}") from None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spawn(train: Callable, cfg: TrainConfig, world: int, env: dict[str, str]) -> None:
