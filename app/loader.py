@@ -36,8 +36,9 @@ def _options(key: tuple) -> dict:
 @st.cache_resource(max_entries=4, show_spinner="Reading one rank's events…")
 def rank_lanes(file: str, rank: int, origin_ns: int, key: tuple) -> pd.DataFrame:
     """The timeline rows (``tracekit.timeline.lanes``) of one rank's trace file, times from the run's origin."""
-    _, events, comm_args = read_rank(file, default_rank=rank)
-    return timeline.lanes(classify(events, comm_args), origin_ns)
+    meta, events, comm_args = read_rank(file, default_rank=rank)
+    device_ranks = [meta.rank] if meta.device_evidence is not None else []  # as the analysis decides it
+    return timeline.lanes(classify(events, comm_args, device_ranks=device_ranks), origin_ns)
 
 
 @st.cache_resource(max_entries=8, show_spinner="Comparing…")

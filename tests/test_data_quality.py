@@ -115,3 +115,10 @@ def test_the_overview_shows_the_notes(tmp_path, monkeypatch):
     assert "Data quality" in [h.value for h in at.subheader]
     note = "ranks 0, 1: rank taken from the file name (the trace has no distributedInfo.rank)"
     assert note in [i.value for i in at.info]
+
+
+def test_the_notes_docstring_example_runs():
+    import doctest
+
+    result = doctest.testmod(quality, raise_on_error=False, verbose=False)
+    assert result.failed == 0 and result.attempted > 0

@@ -35,6 +35,18 @@ def _not_a_trace(tmp_path):
     return path
 
 
+def _empty_trace(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": []}')
+    return path
+
+
+def _empty_array(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text("[]")
+    return path
+
+
 def _empty_folder(tmp_path):
     (tmp_path / "empty").mkdir()
     return tmp_path / "empty"
@@ -51,6 +63,8 @@ CASES = [
     (_gzip_with_trailing_bytes, tracekit.TruncatedTraceError, "Not a gzipped file"),
     (_not_json, tracekit.NotJSONError, "not valid JSON"),
     (_not_a_trace, tracekit.NotATraceError, "not a profiler trace"),
+    (_empty_trace, tracekit.EmptyTraceError, "an empty trace"),
+    (_empty_array, tracekit.EmptyTraceError, "an empty trace"),
     (_empty_folder, tracekit.NoTracesError, "no trace files"),
     (_duplicate_ranks, tracekit.DuplicateRankError, "rank 1 appears in two files"),
 ]
