@@ -2,8 +2,12 @@
 
 GPU traces: kernels, memcpys and memsets. A kernel is communication when its own args name a collective,
 when its name is an NCCL/RCCL/HCCL kernel (every NCCL era: ``ncclKernel_*``, ``ncclDevKernel_*``,
-``ncclDevKernel_Generic``, ncclx ``ncclKernel*Ctran*``), or when the runtime call that launched it ran inside
-an ``nccl:*``/``rccl:*`` annotation. Memcpy/memset events, and kernels named like them, are memory.
+``ncclDevKernel_Generic``, ncclx ``ncclKernel*Ctran*``) or a known all-reduce kernel that is not NCCL's
+(symmetric memory's ``multimem_all_reduce_kernel``, ``one_shot``/``two_shot_all_reduce``, inference engines'
+``cross_device_reduce_*``), or when the runtime call that launched it ran inside an ``nccl:*``/``rccl:*``
+annotation or a host op that is a collective (``tracekit.commnames.COLLECTIVE_OP``: ``symm_mem::*``,
+``_c10d_functional::*``, ``c10d::*``, ...; the copies such an op makes of its input excepted). Memcpy/memset
+events, and kernels named like them, are memory.
 
 CPU-only traces (gloo): the device is the training thread. Its CPU ops are compute, and the
 ``gloo:*`` collectives, which run on gloo's own threads, are communication.
@@ -16,10 +20,14 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.commnames import COLLECTIVE_OP
 from tracekit.reader import DEVICE_API, DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.schema import KINDS
 
-COMM_KERNEL = re.compile(r"nccl|rccl|hccl", re.IGNORECASE)
+COMM_KERNEL = re.compile(r"nccl|rccl|hccl|cross_device_reduce|quick_?reduce|(?:one|two)_?shot_?all_?reduce"
+                         r"|multimem_\w*all_?(?:reduce|gather)", re.IGNORECASE)
+# Kernels a collective host op launches to copy its input (functional collectives clone it): not communication.
+_COPY_KERNEL = re.compile(r"copy|memcpy|memset|fill", re.IGNORECASE)
 MEMORY_KERNEL = re.compile(r"^(?:hip)?memcpy|^(?:hip)?memset|^dma", re.IGNORECASE)
 COMM_ANNOTATION = re.compile(r"^(nccl|rccl|gloo):")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -65,6 +73,8 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None) -
     named = comm_args["collective"].notna() & (comm_args["collective"].astype(str).str.lower() != "wait")
     comm |= kernel & _rows_mask(out, comm_args.loc[named, ["rank", "row"]])
     comm |= kernel & launch["in_comm_annotation"].to_numpy()
+    comm |= kernel & _launched_inside(out, launch["launch_row"].to_numpy(), COLLECTIVE_OP) & ~_name_matches(
+        out, _COPY_KERNEL)
     memory = is_device & ~comm & (~kernel | _name_matches(out, MEMORY_KERNEL))
     kind[is_device] = KINDS.index("compute")
     kind[memory] = KINDS.index("memory")
@@ -170,6 +180,18 @@ def _launch_of_device_events(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"launch_row": launch_row, "launch_ts_ns": launch_ts, "in_comm_annotation": in_comm})
 
 
+def _launched_inside(events: pd.DataFrame, launch_row: np.ndarray, pattern: re.Pattern) -> np.ndarray:
+    """Per row: whether the runtime call that launched it ran inside a host op whose name matches ``pattern``."""
+    inside = np.zeros(len(events), dtype=bool)
+    names = events["name"].cat.categories
+    wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
+    spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
+    linked = np.flatnonzero(launch_row >= 0)
+    if len(spans) and len(linked):
+        inside[linked[_inside(launch_points(events, launch_row[linked]), spans)]] = True
+    return inside
+
+
 def launch_points(events: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     """(rank, tid, ts_ns) of the runtime calls at events-table positions ``rows``: where launches happened."""
     return pd.DataFrame({"rank": events["rank"].to_numpy()[rows], "tid": events["tid"].iloc[rows].to_numpy(),
@@ -214,7 +236,9 @@ def _cpu_device_events(events: pd.DataFrame, on_cpu_rank: np.ndarray) -> tuple[n
         ~events["rank"].isin(events.loc[events["name"].isin(step_names), "rank"]).to_numpy()
         & ~np.isin(key, comm_threads)
     )
-    host_comm = events["name"].isin(names[names.str.match(_COMM_HOST_OP.pattern)]).to_numpy()
+    host_comm = events["name"].isin(names[names.str.match(_COMM_HOST_OP.pattern)
+                                          | np.array([COLLECTIVE_OP.search(n) is not None for n in names], dtype=bool)])
+    host_comm = host_comm.to_numpy()
     compute = on_cpu_rank & training & (events["cat"] == "cpu_op").to_numpy() & ~host_comm & (events["dur_ns"] >= 0).to_numpy()
     return compute, comm
 

@@ -2,8 +2,16 @@
 
 GPU ranks: each communication kernel is one call. Its op, size and group come from the kernel's own args
 (newer traces), else from the ``record_param_comms`` op around the runtime call that launched it, else from the
-``nccl:*`` annotation around that call (op from the name, size from ``Input Dims``).
+``nccl:*`` annotation around that call (op from the name, size from ``Input Dims``), else from the collective
+host op around it (``symm_mem::*``, ``_c10d_functional::*``, ``c10d::*``: op from the name, size from the input
+tensor in ``Input Dims``; c10d's ``*_base_`` ops take output, input, which also gives the output's size).
 CPU (gloo) ranks: each ``gloo:*`` annotation is one call, sized from its ``Input Dims`` (``record_shapes=True``).
+
+Sizes (nccl-tests' S): all_reduce, broadcast, reduce_scatter, all_to_all, send and recv count their input;
+all_gather its output, which is the input x the group size where the output is not recorded. The group size is
+the args' ``Group size``, else its process group's size in ``pg_config``, else what the call's own shapes say
+(all_gather output / input, reduce_scatter input / output), else the size of the group a call that names none is
+taken to run in (see ``rank._pg_sizes``).
 """
 
 from __future__ import annotations
@@ -14,10 +22,11 @@ import numpy as np
 import pandas as pd
 
 from tracekit.classify import COMM_ANNOTATION, _inside_span, launch_points
+from tracekit.commnames import COLLECTIVE_OP, OUTPUT_FIRST_OP
 
 _OP_PATTERNS = (
     ("barrier", r"barrier"),
-    ("all_reduce", r"all_?reduce"),
+    ("all_reduce", r"all_?reduce|cross_device_reduce|quick_?reduce"),
     ("reduce_scatter", r"reduce_?scatter"),
     ("all_gather", r"all_?gather"),
     ("all_to_all", r"all_?to_?all"),
@@ -71,12 +80,15 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
     calls = calls[(calls["cat"] == "kernel") | calls["name"].astype(str).str.match(COMM_ANNOTATION.pattern)]
     meta = _metadata(events, comm_args, calls)
     op = [normalize_op(c) for c in meta["collective"]]
+    in_n, out_n = meta["in_nelems"].to_numpy(), meta["out_nelems"].to_numpy()
+    of_pg = np.array([np.nan if p is None or p != p else pg_sizes.get((r, p), np.nan)
+                      for r, p in zip(calls["rank"], meta["pg"])], dtype=float)
+    default = np.array([pg_sizes.get((r, None), np.nan) for r in calls["rank"]], dtype=float)
     group = meta["group_size"].to_numpy(dtype=float)
-    fallback = np.array([pg_sizes.get((r, p), pg_sizes.get((r, None), np.nan)) for r, p in zip(calls["rank"], meta["pg"])],
-                        dtype=float)
-    group = np.where(np.isnan(group), fallback, group)
+    for known in (of_pg, _group_from_shapes(np.array(op), in_n, out_n), default):
+        group = np.where(np.isnan(group), known, group)
     size = np.array([dtype_bytes(d) for d in meta["dtype"]])
-    nbytes = _payload_bytes(np.array(op), meta["in_nelems"].to_numpy(), meta["out_nelems"].to_numpy(), group) * size
+    nbytes = _payload_bytes(np.array(op), in_n, out_n, group) * size
     nbytes = np.where(np.array(op) == "barrier", 0.0, nbytes)
     dur_us = calls["dur_ns"].to_numpy() / 1e3
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -102,8 +114,17 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
     }).sort_values(["rank", "start_ns"], ignore_index=True)
 
 
+def _group_from_shapes(op, in_n, out_n):
+    """The group size a call's own sizes imply: all_gather output / input, reduce_scatter input / output."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.select([op == "all_gather", op == "reduce_scatter"], [out_n / in_n, in_n / out_n], default=np.nan)
+    whole = np.isfinite(ratio) & (ratio >= 1) & (ratio == np.round(ratio))
+    return np.where(whole, ratio, np.nan)
+
+
 def _payload_bytes(op, in_n, out_n, group):
-    """Elements that nccl-tests' S counts: input for all_reduce/broadcast/all_to_all, the full buffer otherwise."""
+    """Elements that nccl-tests' S counts: the input, but all_gather's output (input x group where the output is not
+    recorded); reduce_scatter's input (output x group where only that is); recv's buffer."""
     return np.select(
         [op == "all_gather", op == "reduce_scatter", op == "recv"],
         [np.where(np.isnan(out_n), in_n * group, out_n), np.where(np.isnan(in_n), out_n * group, in_n),
@@ -114,26 +135,33 @@ def _payload_bytes(op, in_n, out_n, group):
 
 def _metadata(events, comm_args, calls) -> pd.DataFrame:
     """Per call, each field from the first source that knows it: the call's own args, then the
-    ``record_param_comms`` around its launch, then the ``nccl:*`` annotation around its launch."""
+    ``record_param_comms`` around its launch, then the ``nccl:*`` annotation around its launch, then the
+    collective host op around its launch (op and Input Dims only)."""
     own = comm_args.set_index("row").reindex(calls.index)
-    outer = _enclosing(events, comm_args, calls, r"^record_param_comms$")
-    annotation = _enclosing(events, comm_args, calls, COMM_ANNOTATION.pattern)
+    outer = _enclosing(events, comm_args, calls, re.compile(r"^record_param_comms$"))
+    annotation = _enclosing(events, comm_args, calls, COMM_ANNOTATION)
+    launcher = _enclosing(events, comm_args, calls, COLLECTIVE_OP)
     sources = (own, outer, annotation)
     not_wait = [src["collective"].where(src["collective"].astype(str).str.lower() != "wait") for src in sources]
-    # The op: a collective named in args beats an annotation's name, which beats a bare kernel name.
-    collective = _first(*not_wait, annotation["name"], pd.Series(calls["name"].astype(str).to_numpy(), index=calls.index))
+    # The op: a collective named in args beats an annotation's name, then the host op's, then a bare kernel name.
+    collective = _first(*not_wait, annotation["name"], launcher["name"],
+                        pd.Series(calls["name"].astype(str).to_numpy(), index=calls.index))
     merged = pd.DataFrame({"collective": collective})
     for f in ("pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size"):
         merged[f] = _first(*(src[f] for src in sources))
-    # Input Dims name the payload only where the first input is the buffer reduced or broadcast.
-    sized_by_dims = np.isin([normalize_op(c) for c in collective], ["all_reduce", "broadcast"])
-    dims = _first(own["input_nelems"], annotation["input_nelems"], outer["input_nelems"])
-    dims_type = _first(own["input_type"].where(own["input_nelems"].notna()),
-                       annotation["input_type"].where(annotation["input_nelems"].notna()),
-                       outer["input_type"].where(outer["input_nelems"].notna()))
-    take = sized_by_dims & merged["in_nelems"].isna().to_numpy() & dims.notna().to_numpy()
+    # Input Dims: the first tensor is the input everywhere but in c10d's ops, whose *_base_ forms take
+    # (output, input) and whose others take tensor lists (sizes not recorded).
+    output_first = launcher["name"].astype(str).str.match(OUTPUT_FIRST_OP.pattern).to_numpy()
+    base = output_first & launcher["second_nelems"].notna().to_numpy()
+    first = [src["input_nelems"] for src in (own, annotation, outer)] + [launcher["input_nelems"].where(~output_first)]
+    types = [src["input_type"] for src in (own, annotation, outer, launcher)]
+    dims = _first(*first, launcher["second_nelems"].where(base))
+    dims_type = _first(*(t.where(n.notna()) for t, n in zip(types, first)), launcher["input_type"].where(base))
+    take = merged["in_nelems"].isna().to_numpy() & dims.notna().to_numpy()
     merged.loc[take, "in_nelems"] = dims[take]
     merged.loc[take & merged["dtype"].isna().to_numpy(), "dtype"] = dims_type[take & merged["dtype"].isna().to_numpy()]
+    take_out = merged["out_nelems"].isna().to_numpy() & base
+    merged.loc[take_out, "out_nelems"] = launcher["input_nelems"][take_out]
     for f in ("seq", "in_nelems", "out_nelems", "group_size"):
         merged[f] = pd.to_numeric(merged[f]).astype(float)
     return merged
@@ -147,12 +175,13 @@ def _first(*series: pd.Series) -> pd.Series:
     return out
 
 
-def _enclosing(events, comm_args, calls, name_pattern) -> pd.DataFrame:
-    """Comm args of the op matching ``name_pattern`` that encloses each call's launch (NaN rows where none)."""
-    columns = ["collective", "pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size", "input_nelems", "input_type", "name"]
+def _enclosing(events, comm_args, calls, pattern: re.Pattern) -> pd.DataFrame:
+    """Comm args of the host op whose name matches ``pattern`` that encloses each call's launch (NaN rows where none)."""
+    columns = ["collective", "pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size", "input_nelems", "input_type",
+               "second_nelems", "name"]
     result = pd.DataFrame(index=calls.index, columns=columns, dtype=object)
     names = events["name"].cat.categories
-    wanted = names[names.str.match(name_pattern)]
+    wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
     spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
     launched = calls.index.to_numpy()[calls["launch_row"].to_numpy() >= 0]
     if len(spans) == 0 or len(launched) == 0:
@@ -162,6 +191,6 @@ def _enclosing(events, comm_args, calls, name_pattern) -> pd.DataFrame:
     args = comm_args.set_index("row").reindex(span_row[found])
     args["name"] = events["name"].astype(str).to_numpy()[span_row[found]]
     result.loc[launched[found], columns] = args[columns].to_numpy()
-    for f in ("seq", "in_nelems", "out_nelems", "group_size", "input_nelems"):
+    for f in ("seq", "in_nelems", "out_nelems", "group_size", "input_nelems", "second_nelems"):
         result[f] = pd.to_numeric(result[f])
     return result

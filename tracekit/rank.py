@@ -16,12 +16,13 @@ from tracekit import causes, metrics
 from tracekit import intervals as iv
 from tracekit.classify import COMM_ANNOTATION, STEP_NAME, classify, step_table
 from tracekit.collectives import collective_table
+from tracekit.commnames import COLLECTIVE_OP
 from tracekit.config import Config
 from tracekit.reader import RankMeta, read_rank
 
 # The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
 # out of the table (about half its events); a CPU-only trace keeps all, since its ops are the device work.
-_HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER)
+_HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, COLLECTIVE_OP, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER)
 
 
 def reads_host_op(name: str) -> bool:
@@ -126,10 +127,13 @@ def _in_window(step: pd.Series, steps: pd.DataFrame, kept: pd.DataFrame, config:
 
 
 def _pg_sizes(meta: RankMeta) -> dict:
-    """(rank, pg name) -> size from distributedInfo.pg_config; (rank, None) -> the size to assume for a call that
-    names no group, known only when every group listed has the same size."""
+    """(rank, pg name) -> size from distributedInfo.pg_config; (rank, None) -> the size to assume for a call whose
+    group is not listed: with pg_config, known only when every group listed has the same size; without it (older
+    traces: ``{backend, rank, world_size}``), the default group's, which has ``world_size`` members."""
     configs = [c for c in meta.pg_config if isinstance(c, dict) and "pg_size" in c]
     sizes = {(meta.rank, str(c["pg_name"])): float(c["pg_size"]) for c in configs if "pg_name" in c}
     if configs and len({float(c["pg_size"]) for c in configs}) == 1:
         sizes[(meta.rank, None)] = float(configs[0]["pg_size"])
+    elif not meta.pg_config and meta.world_size is not None and meta.world_size > 0:
+        sizes[(meta.rank, None)] = float(meta.world_size)
     return sizes

@@ -25,6 +25,7 @@ import pyarrow as pa
 from isal import igzip
 from isal.igzip_lib import IsalError
 
+from tracekit.commnames import COLLECTIVE_OP
 from tracekit.errors import (
     DuplicateRankError,
     EmptyTraceError,
@@ -567,7 +568,8 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
     name = [e.name for e in events]
     names = _factorized(name)
     tids = _factorized([e.tid for e in events], mixed=True)
-    comm_name = np.fromiter((n.startswith(_COMM_PREFIXES) for n in names[1]), dtype=bool, count=len(names[1]))
+    comm_name = np.fromiter((n.startswith(_COMM_PREFIXES) or COLLECTIVE_OP.search(n) is not None for n in names[1]),
+                            dtype=bool, count=len(names[1]))
     has_collective = pa.array([a.collective for a in args], type=pa.string()).is_valid()
     comm_rows = np.flatnonzero(comm_name[names[0]] | has_collective.to_numpy(zero_copy_only=False))
     return {
@@ -629,8 +631,7 @@ def _categorical(pieces: list[tuple[np.ndarray, list]], relabel=None) -> pd.Cate
 
 def _comm_args(rows: list[int], args: dict[int, _Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:
     picked = [args[i] or _Args() for i in rows]
-    dims = [_decode_raw(a.input_dims, list) for a in picked]
-    types = [_decode_raw(a.input_type, list) for a in picked]
+    tensors = [_first_tensor_nelems(_decode_raw(a.input_dims, list), _decode_raw(a.input_type, list)) for a in picked]
     return pd.DataFrame({
         "rank": np.full(len(rows), rank, dtype=np.int32),
         "row": np.asarray(rows, dtype=np.int64),  # within this rank; made global by combine()
@@ -641,8 +642,9 @@ def _comm_args(rows: list[int], args: dict[int, _Args | None], names: dict[int, 
         "out_nelems": _floats([a.out_nelems for a in picked]),
         "dtype": [a.dtype for a in picked],
         "group_size": _floats([a.group_size for a in picked]),
-        "input_nelems": _floats([_first_tensor_nelems(d, t) for d, t in zip(dims, types)]),
-        "input_type": [t[0] if t else None for t in types],
+        "input_nelems": _floats([t[0] for t in tensors]),
+        "input_type": [t[1] for t in tensors],
+        "second_nelems": _floats([t[2] for t in tensors]),
     })
 
 
@@ -651,16 +653,37 @@ def _pg(a: _Args):
     return None if value is None else str(value)
 
 
-def _first_tensor_nelems(dims, types) -> float | None:
-    """Elements of the first input tensor from ``Input Dims``; None when it is not a plain tensor shape.
-    A 0-dim tensor (``[]`` with a dtype, as in ``dist.all_reduce(loss)``) has one element."""
-    if not dims or not isinstance(dims[0], list):
-        return None
-    first_type = types[0] if types else None
-    if not isinstance(first_type, str) or first_type in ("", "TensorList", "Scalar", "ScalarList", "GenericList"):
-        return None
-    shape = dims[0]
-    if not all(isinstance(d, int) for d in shape):
+# "Input type" of inputs that are not tensors (ints, strings, process groups), and of lists of tensors.
+_NOT_TENSOR = ("", "Scalar", "ScalarList", "ScalarType", "None", "String")
+_TENSOR_LIST = ("TensorList", "GenericList")
+
+
+def _first_tensor_nelems(dims, types) -> tuple[float | None, str | None, float | None]:
+    """From ``Input Dims``/``Input type``: (elements, type) of the first input tensor, and the elements of the input
+    right after it when that is a plain tensor too (c10d's ``*_base_`` ops take output, input); None where unknown.
+
+    Leading inputs that are not tensors are passed over (vLLM's ``_C_custom_ar::all_reduce`` takes a handle first);
+    a list of tensors ends the search, since its tensors' sizes are not recorded. A 0-dim tensor (``[]`` with a
+    dtype, as in ``dist.all_reduce(loss)``) has one element.
+    """
+    if not dims or not types:
+        return None, None, None
+    for i, (shape, kind) in enumerate(zip(dims, types)):
+        if not isinstance(kind, str) or kind in _TENSOR_LIST:
+            return None, None, None
+        if kind in _NOT_TENSOR:
+            continue
+        nelems = _nelems(shape)
+        if nelems is None:
+            return None, None, None
+        after = i + 1 < min(len(dims), len(types)) and isinstance(types[i + 1], str) and \
+            types[i + 1] not in _NOT_TENSOR + _TENSOR_LIST
+        return nelems, kind, _nelems(dims[i + 1]) if after else None
+    return None, None, None
+
+
+def _nelems(shape) -> float | None:
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         return None
     return float(np.prod(shape, dtype=np.float64))
 

@@ -60,8 +60,11 @@ COMM_ARG_COLUMNS = {
     "out_nelems": ("float64", "output elements (NaN when unknown)"),
     "dtype": ("object", "element type as written in the trace"),
     "group_size": ("float64", "ranks in the process group (NaN when unknown)"),
-    "input_nelems": ("float64", "elements of the first input tensor, from Input Dims (NaN when not a plain tensor)"),
-    "input_type": ("object", "type of the first input, from Input type (None when absent)"),
+    "input_nelems": ("float64", "elements of the first input tensor, from Input Dims, after any leading non-tensor "
+                     "inputs (NaN when a tensor list or absent)"),
+    "input_type": ("object", "that tensor's type, from Input type (None when absent)"),
+    "second_nelems": ("float64", "elements of the input right after it when a plain tensor too (c10d's *_base_ ops "
+                      "take output, input); NaN otherwise"),
 }
 
 # The Summary's tables. The first columns of each are the contract; every column is listed with its meaning.
@@ -118,8 +121,10 @@ COLLECTIVE_COLUMNS = {
     "op": "all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, send, recv, barrier or other",
     "pg": "process group name or id; None when the trace does not say", "seq": "Seq in its group (NaN if absent)",
     "start_us": "device start, from the run's origin", "dur_us": "duration",
-    "bytes": "payload per nccl-tests (NaN if unknown)", "dtype": "element type as written in the trace",
-    "group_size": "ranks in the group (NaN if unknown)", "algbw_gbps": "bytes / dur, GB/s",
+    "bytes": "payload per nccl-tests: all_gather output, every other op its input (NaN if unknown)",
+    "dtype": "element type as written in the trace",
+    "group_size": "ranks in the group: args, pg_config, the call's own shapes, else world_size (NaN if unknown)",
+    "algbw_gbps": "bytes / dur, GB/s",
     "busbw_gbps": "algbw x the op's nccl-tests factor", "name": "kernel or annotation name",
     "in_window": "whether its step is in the window",
     "match_id": "rows with the same id are one collective on different ranks",

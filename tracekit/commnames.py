@@ -1,0 +1,21 @@
+"""Names that say a host op hands work to a collective: the reader, the classifier and the collectives table share them.
+
+``c10d::*`` ops (the dispatcher's collectives), and every other op whose name is a collective's in any namespace:
+torch's ``_c10d_functional::all_gather_into_tensor``, ``symm_mem::multimem_all_reduce_``,
+``symm_mem::two_shot_all_reduce_``, inference engines' ``_C_custom_ar::all_reduce`` or ``vllm::all_reduce``.
+Ops that only contain a collective among other work (``symm_mem::fused_all_gather_matmul``) and ATen's
+``aten::gather``/``aten::scatter`` (compute) do not match: the name must be the collective, with at most a
+variant word before it and a flavour after it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BEFORE = r"(?:(?:multimem|one_shot|two_shot|nvshmem|custom|qr|inplace|outplace)_)*"
+_COLLECTIVE = r"(?:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send|recv|barrier)"
+_AFTER = r"(?:_(?:into|tensor|coalesced|single|base|out|copy|vdev|2d))*"
+COLLECTIVE_OP = re.compile(rf"(?i)^(?:c10d::|\w[\w.]*::_?{_BEFORE}{_COLLECTIVE}{_AFTER}_?$)")
+# c10d's ops whose two first inputs are plain tensors take (output, input): _allgather_base_, _reduce_scatter_base_,
+# alltoall_base_. Every other collective op here takes its input first.
+OUTPUT_FIRST_OP = re.compile(r"^c10d::")
