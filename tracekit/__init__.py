@@ -15,10 +15,11 @@ from tracekit.errors import (
     TruncatedTraceError,
 )
 from tracekit.findings import Finding
+from tracekit.predict import whatif
 from tracekit.summary import Summary
 
 __all__ = [
-    "summarize", "compare", "Summary", "Comparison", "Finding", "Config", "TracekitError", "TraceReadError", "TruncatedTraceError", "NotJSONError",
+    "summarize", "whatif", "compare", "Summary", "Comparison", "Finding", "Config", "TracekitError", "TraceReadError", "TruncatedTraceError", "NotJSONError",
     "NotATraceError", "EmptyTraceError", "NoTracesError", "DuplicateRankError", "RankUnknownError",
 ]
 __version__ = "0.1.0"

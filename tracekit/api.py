@@ -11,6 +11,7 @@ import pandas as pd
 
 from tracekit import cache as tracekit_cache
 from tracekit import clocks, crossrank, findings, metrics
+from tracekit import predict
 from tracekit.config import Config
 from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
@@ -103,9 +104,10 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     evidence = crossrank.arrival_evidence(collectives, window_steps)
     slow = crossrank.verdict(evidence, "straggler")
     run["straggler_suspicions"] = crossrank.verdict(evidence, "suspected").to_dict("records")
-    return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
+    summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=findings.find(ranks, collectives, slow, run), data_quality=_data_quality(results))
+    return predict.with_predictions(summary, [r.graph for r in results], shift)
 
 
 def _data_quality(results: list[RankResult]) -> pd.DataFrame:

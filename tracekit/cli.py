@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tracekit", description="Where the step time of a PyTorch DDP job goes.")
     parser.add_argument("--version", action="version", version=f"tracekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_summarize, _add_compare, _add_report, _add_cache):
+    for add in (_add_summarize, _add_compare, _add_report, _add_cache, _add_whatif):
         add(commands)
     return parser
 
@@ -142,6 +142,40 @@ def _cache_info(args) -> int:
 def _cache_clear(args) -> int:
     removed = tracekit_cache.clear(args.cache_dir)
     print(f"removed {removed.entries} entries ({removed.bytes / 1e6:,.1f} MB) from {removed.folder}")
+    return 0
+
+
+# --- whatif ---------------------------------------------------------------------------------------------------------
+
+def _add_whatif(commands) -> None:
+    from tracekit.predict import SCENARIOS
+
+    cmd = commands.add_parser("whatif", help="predict the step time under changes, by replaying the run",
+                              description="Replay the run's dependency graph with measured times changed per "
+                                          "scenario and print the predicted mean step time of each: "
+                                          + ", ".join(SCENARIOS) + ", comm_x<k> (transfers k times faster).")
+    cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
+    cmd.add_argument("--scenario", action="append", default=None, metavar="NAME",
+                     help="a scenario to replay (repeatable; default: all of " + ", ".join(SCENARIOS) + ")")
+    _add_json_options(cmd, "print the table as JSON records")
+    _add_window_option(cmd)
+    _add_scale_options(cmd)
+    cmd.set_defaults(run=_whatif)
+
+
+def _whatif(args) -> int:
+    from tracekit.predict import SCENARIOS, whatif
+
+    try:
+        table = whatif(summarize(args.trace_dir, window=args.window, **_scale_options(args)),
+                       scenarios=args.scenario or SCENARIOS)
+    except ValueError as err:
+        return _fail(str(err))
+    if args.json:
+        sys.stdout.write(_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
+                                                   .to_dict("records")).decode(), args.indent))
+    else:
+        sys.stdout.write(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}") + "\n")
     return 0
 
 

@@ -18,6 +18,7 @@ from tracekit.classify import COMM_ANNOTATION, STEP_NAME, classify, step_table
 from tracekit.collectives import collective_table
 from tracekit.commnames import COLLECTIVE_OP
 from tracekit.config import Config
+from tracekit.graph import rank_graph
 from tracekit.reader import RankMeta, read_rank
 
 # The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
@@ -42,6 +43,7 @@ class RankResult:
     collectives: pd.DataFrame   # collectives.collective_table, with in_window
     gaps: pd.DataFrame          # metrics.gap_table over the window
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row: data_quality_row
+    graph: pd.DataFrame = field(default_factory=pd.DataFrame)  # graph.rank_graph: nodes, within-rank edges
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:
@@ -91,7 +93,8 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps,
-                      quality=data_quality_row(meta, events, device_rank, len(dev_all)))
+                      quality=data_quality_row(meta, events, device_rank, len(dev_all)),
+                      graph=rank_graph(events, collectives))
 
 
 _STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")

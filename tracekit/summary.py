@@ -27,6 +27,9 @@ class Summary:
       mismatches   collectives that do not line up across ranks
       data_quality one row per rank: what its numbers rest on (events launched before the trace, dropped
                    events, unknown categories, where the rank came from, shapes recorded, device events absent)
+      critical_path         per step: time on the chain of events that ends it, by rank and category
+      critical_path_events  that chain's events (``tracekit.critical_path``)
+      graph        the run's dependency graph, one row per node (``tracekit.graph``): what ``tracekit.whatif`` replays
     ``findings`` lists what to change, most severe first.
     ``run`` holds facts about the run: world size, backend, devices, files read and skipped, the window.
     """
@@ -40,6 +43,9 @@ class Summary:
     imbalance: pd.DataFrame = field(default_factory=pd.DataFrame)
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
     findings: tuple = ()
+    critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
+    critical_path_events: pd.DataFrame = field(default_factory=pd.DataFrame)
+    graph: pd.DataFrame = field(default_factory=pd.DataFrame)
     data_quality: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(DATA_QUALITY_COLUMNS)))
 
     def clock_shift_ns(self, rank: int) -> int:
@@ -68,6 +74,8 @@ class Summary:
             "imbalance": _records(self.imbalance),
             "mismatches": _records(self.mismatches),
             "findings": [_plain(f.to_dict()) for f in self.findings],
+            "critical_path": _records(self.critical_path),
+            "critical_path_events": _records(self.critical_path_events),
             "data_quality": _records(self.data_quality),
         }
 

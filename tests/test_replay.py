@@ -1,0 +1,167 @@
+"""Replay and what-if on tiny hand-built CPU (gloo) runs whose every replayed time is worked out here by hand.
+
+The run (times in ms; both ranks, step k starts at T = 100 (k - 1), ProfilerStep#1..#3, the window is steps 1-2):
+  rank 0, training thread: aten::mm [T, T+20], c10d::allreduce_ [T+20, T+21], copy [T+60, T+61], add [T+61, T+70]
+  rank 1, training thread: straggler_sleep [T, T+30], aten::mm [T+30, T+50], c10d::allreduce_ [T+50, T+51],
+                           copy [T+60, T+61], add [T+61, T+70]
+  gloo thread:             gloo:all_reduce rank 0 [T+21, T+60], rank 1 [T+51, T+60]
+So rank 0 waits for rank 1 (the last arrival) 30 ms at every all-reduce, the transfer takes 9 ms, and both ranks
+resume when it ends. Each step then ends with 30 ms of unrecorded host time before the next ProfilerStep.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracekit
+from tests.tracedata import cpu, step, write_trace
+from tracekit import replay
+from tracekit.predict import straggler_factors
+
+MS = 1000  # trace times are microseconds
+
+
+def _rank_events(rank: int) -> list[dict]:
+    late = 30 if rank == 1 else 0
+    events = []
+    for k in (1, 2):
+        t = 100 * (k - 1)
+        events.append(step(k, t * MS, 100 * MS))
+        if late:
+            events.append(cpu("straggler_sleep", t * MS, late * MS, cat="user_annotation"))
+        events += [cpu("aten::mm", (t + late) * MS, 20 * MS),
+                   cpu("c10d::allreduce_", (t + late + 20) * MS, 1 * MS),
+                   cpu("gloo:all_reduce", (t + late + 21) * MS, (39 - late) * MS, cat="user_annotation", tid=2),
+                   cpu("torch.distributed.ddp.reducer::copy_bucket_to_grad", (t + 60) * MS, 1 * MS),
+                   cpu("aten::add_", (t + 61) * MS, 9 * MS)]
+    events.append(step(3, 200 * MS, 10 * MS))
+    return events
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gloo-straggler")
+    for rank in (0, 1):
+        write_trace(folder / f"rank-{rank}.pt.trace.json.gz", _rank_events(rank), rank=rank, backend="gloo")
+    return tracekit.summarize(folder, cache=False, workers=1)
+
+
+def test_graph_edges(gloo_run):
+    g = gloo_run.graph
+    names = g["name"].astype(str)
+    gloo = g[names == "gloo:all_reduce"]
+    # Each collective starts after the c10d op that enqueued it (from that op's start)...
+    assert (names.to_numpy()[gloo["ps"].to_numpy()] == "c10d::allreduce_").all()
+    # ... both ranks' calls of one step are one group ...
+    assert gloo.groupby("step")["group"].nunique().eq(1).all() and gloo["group"].nunique() == 2
+    # ... and the training thread resumes when it ends (the wait the trace does not record).
+    copy = g[names.str.contains("copy_bucket")]
+    assert (copy["pe"].to_numpy() == gloo.index.to_numpy()).all()
+    assert (g.loc[names == "aten::mm", "pe"] == -1).all()  # a short gap after an op is no wait
+
+
+def test_measured_delays_and_tails(gloo_run):
+    model = replay.measure(gloo_run.graph)
+    g = gloo_run.graph
+    names = g["name"].astype(str).to_numpy()
+    gloo = names == "gloo:all_reduce"
+    np.testing.assert_allclose(model.tail[gloo], 9 * MS * 1e3)           # transfer after the last arrival
+    np.testing.assert_allclose(model.delay[gloo], 1 * MS * 1e3)          # 1 ms after its c10d op began
+    later_markers = (g["cat"] == "marker").to_numpy() & (g["step"] > 1).to_numpy()
+    np.testing.assert_allclose(model.delay[later_markers], 30 * MS * 1e3)  # unrecorded host time
+    start, end = replay.simulate(model)
+    np.testing.assert_array_equal(start, model.start)
+    np.testing.assert_array_equal(end, model.end)
+
+
+@pytest.mark.parametrize("scenario, step_ms", [
+    ("baseline", 100.0),
+    ("perfect_overlap", 91.0),    # the 9 ms transfer gone; every rank still resumes when rank 1 arrives
+    ("comm_x3", 94.0),            # 9 ms -> 3 ms
+    ("no_host_gaps", 70.0),       # the 30 ms before each ProfilerStep gone; the recorded sleep stays
+    ("no_data_wait", 100.0),      # no DataLoader in this run
+])
+def test_scenarios(gloo_run, scenario, step_ms):
+    table = tracekit.whatif(gloo_run, scenarios=["baseline", scenario])
+    got = table.iloc[1]
+    assert got["step_time_us"] == pytest.approx(step_ms * MS, abs=1e-6)
+    assert got["speedup"] == pytest.approx(100.0 / step_ms)
+
+
+def test_no_straggler(gloo_run):
+    """Rank 1 arrives last at both all-reduces. Its time since its previous arrival (positive delays plus own
+    times of its nodes, the collective excepted) is cut to rank 0's for the same collective:
+      all-reduce 1: rank 1 has sleep 30 + mm 20 + c10d 1 = 51 ms, rank 0 has mm 20 + c10d 1 = 21 ms
+      all-reduce 2: rank 1 has copy 1 + add 9 + host 30 (before ProfilerStep#2) + sleep 30 + mm 20 + c10d 1 = 91 ms,
+                    rank 0 the same without the sleep: 61 ms."""
+    f1, f2 = 21 / 51, 61 / 91
+    factor = straggler_factors(gloo_run.graph, replay.measure(gloo_run.graph))
+    rank1 = (gloo_run.graph["rank"] == 1).to_numpy()
+    assert sorted(np.unique(np.round(factor[rank1], 9))) == pytest.approx(sorted({1.0, round(f1, 9), round(f2, 9)}))
+    assert (factor[~rank1] == 1).all()
+    # Replay, ms. Step 1: rank 1 hands the collective to gloo when its c10d op starts, (30 + 20) f1, + 1 ms.
+    arrive1 = 50 * f1 + 1
+    end1 = arrive1 + 9
+    marker2 = {0: end1 + 1 + 9 + 30, 1: end1 + (1 + 9 + 30) * f2}
+    # Step 2: each rank from its own ProfilerStep#2; rank 0 arrives after mm + 1, rank 1 after (30 + 20) f2 + 1.
+    arrive2 = max(marker2[0] + 20 + 1, marker2[1] + 50 * f2 + 1)
+    marker3 = arrive2 + 9 + 1 + 9 + 30  # copy, add, host: after the last collective nothing is scaled
+    expected = np.mean([np.mean([marker2[r], marker3 - marker2[r]]) for r in (0, 1)])
+    got = tracekit.whatif(gloo_run, scenarios=["no_straggler"]).loc[0, "step_time_us"]
+    assert got == pytest.approx(expected * MS, rel=1e-9)
+    assert got < 75 * MS  # close to the 70 ms that rank 0 alone needs
+
+
+def test_compute_scale(gloo_run):
+    """Compute nodes (mm, copy, add) of rank 0 twice as slow. Step 1: rank 0 still arrives first (41 < 51), then its
+    copy and add take 2 + 18: ProfilerStep#2 at 60 + 20 + 30 = 110 (rank 1: 100). Step 2: both arrive at 151,
+    transfer to 160, rank 0 reaches ProfilerStep#3 at 160 + 20 + 30 = 210, rank 1 at 160 + 10 + 30 = 200.
+    Rank 0's steps: 110 and 100; rank 1's: 100 and 100."""
+    table = tracekit.whatif(gloo_run, scenarios=["baseline"], compute_scale={0: 2.0})
+    assert table.loc[0, "step_time_us"] == pytest.approx(np.mean([np.mean([110, 100]), 100]) * MS)
+
+
+def test_critical_path(gloo_run):
+    """Step 1 ends on rank 0 (a tie at 100 ms goes to the lower rank). Walking back: 30 ms of host time, the add
+    (9) and the copy (1), the 9 ms transfer after rank 1 arrived; then on rank 1 (rank 0 waiting for it): the 1 ms
+    hand-off to gloo, its mm (20) and its sleep (30)."""
+    path = gloo_run.critical_path
+    one = path[path["step"] == 1].set_index(["rank", "category"])["us"]
+    assert one.sum() == pytest.approx(100 * MS)
+    assert one[(0, "host")] == pytest.approx(30 * MS)
+    assert one[(0, "compute")] == pytest.approx(10 * MS)
+    assert one[(0, "comm_transfer")] == pytest.approx(9 * MS)
+    assert one[(1, "launch")] == pytest.approx(1 * MS)
+    assert one[(1, "compute")] == pytest.approx(20 * MS)
+    assert one[(1, "host")] == pytest.approx(30 * MS)
+    assert path.loc[path["rank"] == 1, "waiting"].all() and not path.loc[path["rank"] == 0, "waiting"].any()
+    events = gloo_run.critical_path_events
+    assert list(events.loc[events["step"] == 1, "name"])[:3] == ["straggler_sleep", "aten::mm", "gloo:all_reduce"]
+
+
+def test_findings_quote_the_predicted_saving(gloo_run):
+    quoted = [f for f in gloo_run.findings if "predicted_saving_us" in f.evidence]
+    assert quoted, [f.kind for f in gloo_run.findings]
+    for f in quoted:
+        row = tracekit.whatif(gloo_run, scenarios=[f.evidence["scenario"]]).iloc[0]
+        assert f.evidence["predicted_saving_us"] == pytest.approx(row["saving_us"])
+        assert f"-{row['saving_us'] / 1e3:.1f} ms/step" in f.message
+
+
+def test_unknown_scenario(gloo_run):
+    with pytest.raises(ValueError, match="unknown scenario"):
+        tracekit.whatif(gloo_run, scenarios=["comm_x0"])
+
+
+def test_simulate_converges_on_a_chain_across_lanes():
+    """Two lanes: a (0-10) -> b on lane 2 waits for a's end, 5 ms later, lasts 10; c after b on lane 2."""
+    graph = pd.DataFrame({
+        "rank": 0, "lane": [0, 1, 1], "start_ns": [0, 15, 25], "end_ns": [10, 25, 40], "step": 1,
+        "cat": pd.Categorical(["compute"] * 3), "name": pd.Categorical(["a", "b", "c"]), "in_data": False,
+        "ps": -1, "pe": [-1, 0, -1], "dr": -1, "group": -1})
+    model = replay.measure(graph)
+    assert model.delay.tolist() == [0, 5, 0] and model.tail.tolist() == [10, 10, 15]
+    start, end = replay.simulate(model, tail=np.array([20.0, 10, 15]))  # a twice as long
+    assert start.tolist() == [0, 25, 35] and end.tolist() == [20, 35, 50]

@@ -1,0 +1,299 @@
+"""The dependency graph of a run: one node per event that takes time, and what must finish before each can start.
+
+Built per rank in the worker (``rank_graph``: one small node table, the within-rank edges as columns), then joined
+across ranks in ``run_graph`` (collective transfers wait for the last rank to arrive).
+
+Nodes: device events (kernels, memcpys, memsets; on CPU-only ranks the training thread's innermost ops and gloo's
+collectives), the host calls that matter for time (launches, synchronizations, the DataLoader, the innermost ops of
+the training thread) and one zero-length marker per ``ProfilerStep`` start. Each node lies on one *lane* (a host
+thread, a GPU stream, a gloo thread) and lanes run their nodes in order.
+
+Edges (node columns, -1 when absent):
+  lane order   implicit: a node starts after the one before it on its lane ends
+  ``ps``       start after this node *started*: a device event after its launch call (``correlation``), a gloo
+               collective after the ``c10d::*`` op that enqueued it
+  ``pe``       start after this node *ended*: a device event on one stream waiting for another stream (inferred: it
+               started within ``STREAM_WAIT_NS`` of that event's end, later than its own stream and launch allowed),
+               or, on a CPU-only rank, the training thread resuming when the collective it waited for ended (a gap of
+               at least ``MIN_WAIT_GAP_NS`` that ends within 10% of its length of a collective's end)
+  ``dr``       end after this node ended: a synchronizing host call (``cudaStreamSynchronize``, blocking copy, ...)
+               returns when the last device event that ended inside it has ended
+  collectives  (run level) a collective's transfer starts when the last member rank arrives (``group``)
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import union_categoricals
+
+from tracekit.causes import DATA_LOADER, SYNC_CALL
+from tracekit.classify import STEP_NAME
+from tracekit.reader import DEVICE_CATEGORIES
+
+NODE_CATS = ("compute", "memory", "comm", "launch", "sync", "data", "host", "marker")
+STREAM_WAIT_NS = 20_000
+MIN_WAIT_GAP_NS = 100_000
+WAIT_TOLERANCE = 0.10
+_ENQUEUE = re.compile(r"^c10d::(?!wait)")
+_HOST_CATS = ("cpu_op", "user_annotation", "python_function")
+GRAPH_COLUMNS = ["rank", "lane", "start_ns", "end_ns", "step", "cat", "name", "in_data", "coll", "ps", "pe", "dr"]
+
+
+def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
+    """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events
+    and its collectives table (``coll`` is a row position in it)."""
+    if events.empty:
+        return _empty()
+    rank = int(events["rank"].iloc[0])
+    cats = events["cat"].astype("category")
+    name = events["name"].astype("category")
+    names = name.cat.categories
+    ts, dur = events["ts_ns"].to_numpy(), events["dur_ns"].to_numpy()
+    valid = dur >= 0
+    lane_key = _lane_keys(events)
+    kind = events["kind"].to_numpy()
+    is_dev = cats.isin(DEVICE_CATEGORIES).to_numpy() & events["kind"].notna().to_numpy() & valid
+    on_gpu = bool(is_dev.any())
+    is_step = name.isin(names[names.str.match(STEP_NAME.pattern)]).to_numpy() & valid & (cats != "gpu_user_annotation").to_numpy()
+    is_comm_cpu = ~on_gpu & (kind == "comm") & valid
+    cat_names = cats.cat.categories.astype(str)
+    runtime = cats.isin(cat_names[cat_names.str.endswith("_runtime") | cat_names.str.endswith("_driver")]).to_numpy()
+    launch_rows = events["launch_row"].to_numpy()
+    launches = np.zeros(len(events), dtype=bool)
+    launches[launch_rows[is_dev & (launch_rows >= 0)]] = True
+    sync = name.isin(names[[SYNC_CALL.search(n) is not None for n in names]]).to_numpy()
+    host_lanes = set(lane_key[is_step | launches])
+    if not on_gpu and not host_lanes:  # no ProfilerStep: the thread with the most compute ops trains
+        compute = lane_key[(events["kind"] == "compute").to_numpy()]
+        host_lanes = {pd.Series(compute).mode().iloc[0]} if len(compute) else set()
+    on_host_lane = np.isin(lane_key, list(host_lanes))
+    candidate = on_host_lane & valid & ~is_step & ~is_dev & ~is_comm_cpu & (
+        cats.isin(_HOST_CATS).to_numpy() | (runtime & (launches | sync)))
+    host = np.flatnonzero(candidate)
+    host = host[_leaves(lane_key[host], ts[host], ts[host] + dur[host])]
+
+    dev = np.flatnonzero(is_dev | is_comm_cpu)
+    steps = np.flatnonzero(is_step)
+    steps = steps[~pd.Series(name.cat.codes.to_numpy()[steps]).duplicated().to_numpy()]
+    rows = np.concatenate([dev, host, steps])
+    node_cat = np.select(
+        [np.isin(rows, steps), np.isin(rows, dev) & (kind[rows] == "comm"), np.isin(rows, dev) & (kind[rows] == "memory"),
+         np.isin(rows, dev), sync[rows] & on_gpu, launches[rows] | name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy()[rows],
+         (kind[rows] == "compute")],
+        ["marker", "comm", "memory", "compute", "sync", "launch", "compute"], default="host")
+    nodes = pd.DataFrame({
+        "rank": np.full(len(rows), rank, dtype=np.int32), "lane": lane_key[rows],
+        "start_ns": ts[rows], "end_ns": np.where(np.isin(rows, steps), ts[rows], ts[rows] + dur[rows]),
+        "step": events["step"].to_numpy()[rows], "cat": node_cat,
+        "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[rows], categories=names).remove_unused_categories(),
+        "row": rows, "is_marker": np.isin(rows, steps),
+    })
+    loader = name.isin(names[names.str.match(DATA_LOADER.pattern)]).to_numpy() & valid
+    nodes["in_data"] = _inside(nodes, lane_key[loader], ts[loader], ts[loader] + dur[loader])
+    nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
+    nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
+                              kind="stable", ignore_index=True)
+    position = pd.Series(np.arange(len(nodes)), index=nodes["row"].to_numpy())
+    ps = np.full(len(nodes), -1, dtype=np.int64)
+    launched = (nodes["cat"].isin(["compute", "memory", "comm"]).to_numpy()
+                & (launch_rows[nodes["row"].to_numpy()] >= 0))
+    src = position.reindex(launch_rows[nodes["row"].to_numpy()[launched]]).to_numpy()
+    ps[np.flatnonzero(launched)] = np.where(np.isnan(src), -1, src).astype(np.int64)
+    if not on_gpu:
+        _enqueue_edges(nodes, events[name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy() & valid], ps)
+    out = nodes.assign(ps=ps, pe=_waits(nodes, on_gpu, ps), dr=_drains(nodes) if on_gpu else -1,
+                       coll=_collective_rows(nodes, collectives))
+    out["lane"] = pd.factorize(out["lane"])[0].astype(np.int32)
+    out["cat"] = pd.Categorical(out["cat"], categories=list(NODE_CATS))
+    return out[GRAPH_COLUMNS]
+
+
+def _empty() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype=np.int64) for c in GRAPH_COLUMNS})
+    return frame.assign(cat=pd.Categorical([], categories=list(NODE_CATS)), name=pd.Categorical([]),
+                        in_data=pd.Series(dtype=bool), rank=pd.Series(dtype=np.int32), lane=pd.Series(dtype=np.int32))
+
+
+def _leaves(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which intervals hold no other interval of their lane starting inside them (the innermost calls)."""
+    order = np.lexsort((-end, start, lane))
+    s, e, ln = start[order], end[order], lane[order]
+    nested = np.zeros(len(order), dtype=bool)
+    nested[:-1] = (ln[1:] == ln[:-1]) & (s[1:] < e[:-1])
+    keep = np.zeros(len(order), dtype=bool)
+    keep[order] = ~nested
+    return keep
+
+
+def _lane_keys(events: pd.DataFrame) -> np.ndarray:
+    """One integer per row, equal exactly when pid and tid are (a thread, or a GPU stream)."""
+    pid = events["pid"].astype("category").cat.codes.to_numpy().astype(np.int64)
+    tid = events["tid"].astype("category").cat.codes.to_numpy().astype(np.int64)
+    return (pid + 1) * (int(tid.max(initial=0)) + 2) + tid + 1
+
+
+def _inside(nodes: pd.DataFrame, lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether each node starts inside one of the spans (lane, start, end) on its lane (the spans themselves count)."""
+    if len(lane) == 0 or nodes.empty:
+        return np.zeros(len(nodes), dtype=bool)
+    right = pd.DataFrame({"lane": lane, "t": start, "span_end": end}).sort_values("t")
+    left = pd.DataFrame({"lane": nodes["lane"].to_numpy(), "t": nodes["start_ns"].to_numpy(),
+                         "i": np.arange(len(nodes))}).sort_values("t")
+    joined = pd.merge_asof(left, right, on="t", by="lane")
+    hit = (joined["t"] < joined["span_end"]).fillna(False).to_numpy(dtype=bool)
+    out = np.zeros(len(nodes), dtype=bool)
+    out[joined["i"].to_numpy()[hit]] = True
+    return out
+
+
+def _enqueue_edges(nodes: pd.DataFrame, enqueues: pd.DataFrame, ps: np.ndarray) -> None:
+    """CPU ranks: each gloo collective starts after the latest ``c10d::*`` op begun before it; the edge comes from
+    the first training-thread node at or after that op's start."""
+    comm = np.flatnonzero((nodes["cat"] == "comm").to_numpy())
+    host = np.flatnonzero(~nodes["cat"].isin(["comm", "marker"]).to_numpy())
+    if enqueues.empty or len(comm) == 0 or len(host) == 0:
+        return
+    op_start = np.sort(enqueues["ts_ns"].to_numpy())
+    c_start = nodes["start_ns"].to_numpy()[comm]
+    at = np.searchsorted(op_start, c_start, side="right") - 1
+    ok = at >= 0
+    h_start = nodes["start_ns"].to_numpy()[host]
+    order = np.argsort(h_start, kind="stable")
+    first = np.searchsorted(h_start[order], op_start[np.maximum(at, 0)], side="left")
+    ok &= first < len(host)
+    src = host[order[np.minimum(first, len(host) - 1)]]
+    ok &= h_start[order[np.minimum(first, len(host) - 1)]] <= c_start
+    ps[comm[ok]] = src[ok]
+
+
+def _lane_prev_end(nodes: pd.DataFrame) -> np.ndarray:
+    end = nodes["end_ns"].to_numpy().astype(np.float64)
+    prev = np.concatenate([[-np.inf], end[:-1]])
+    lane = nodes["lane"].to_numpy()
+    first = np.concatenate([[True], lane[1:] != lane[:-1]])
+    return np.where(first, -np.inf, prev)
+
+
+def _waits(nodes: pd.DataFrame, on_gpu: bool, ps: np.ndarray) -> np.ndarray:
+    """Inferred start-after-end edges (see the module docstring)."""
+    pe = np.full(len(nodes), -1, dtype=np.int64)
+    start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
+    prev_end = _lane_prev_end(nodes)
+    cat = nodes["cat"].astype(str).to_numpy()
+    is_dev = np.isin(cat, ("compute", "memory", "comm")) if on_gpu else (cat == "comm")
+    if on_gpu:
+        known = np.maximum(prev_end, np.where(ps >= 0, start[np.maximum(ps, 0)], -np.inf))
+        lanes = nodes["lane"].to_numpy()
+        for lane in np.unique(lanes[is_dev]):
+            mine = np.flatnonzero(is_dev & (lanes == lane))
+            other = np.flatnonzero(is_dev & (lanes != lane))
+            if len(other) == 0:
+                continue
+            order = other[np.argsort(end[other], kind="stable")]
+            at = np.searchsorted(end[order], start[mine], side="right") - 1
+            src = order[np.maximum(at, 0)]
+            ok = (at >= 0) & (end[src] > known[mine]) & (start[mine] - end[src] <= STREAM_WAIT_NS)
+            pe[mine[ok]] = src[ok]
+        return pe
+    comm = np.flatnonzero(is_dev)
+    waiting = np.flatnonzero(~is_dev & (start - prev_end >= MIN_WAIT_GAP_NS))
+    if len(comm) == 0 or len(waiting) == 0:
+        return pe
+    order = comm[np.argsort(end[comm], kind="stable")]
+    at = np.searchsorted(end[order], start[waiting], side="left")
+    gap = start[waiting] - prev_end[waiting]
+    best, best_lag = np.full(len(waiting), -1), np.full(len(waiting), np.inf)
+    for candidate in (at - 1, at):  # the collectives ending just before and just after the node starts
+        inside = (candidate >= 0) & (candidate < len(order))
+        c = order[np.clip(candidate, 0, len(order) - 1)]
+        lag = np.abs(start[waiting] - end[c])
+        ok = inside & (start[c] < start[waiting]) & (end[c] > prev_end[waiting]) & (
+            lag <= WAIT_TOLERANCE * gap) & (lag < best_lag)
+        best, best_lag = np.where(ok, c, best), np.where(ok, lag, best_lag)
+    pe[waiting] = best
+    return pe
+
+
+def _drains(nodes: pd.DataFrame) -> np.ndarray:
+    """GPU ranks: a synchronizing call ends after the last device event that ended inside it."""
+    dr = np.full(len(nodes), -1, dtype=np.int64)
+    cat = nodes["cat"].astype(str).to_numpy()
+    syncs = np.flatnonzero(cat == "sync")
+    dev = np.flatnonzero(np.isin(cat, ("compute", "memory", "comm")))
+    if len(syncs) == 0 or len(dev) == 0:
+        return dr
+    start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
+    order = dev[np.argsort(end[dev], kind="stable")]
+    at = np.searchsorted(end[order], end[syncs], side="right") - 1
+    src = order[np.maximum(at, 0)]
+    ok = (at >= 0) & (end[src] >= start[syncs])
+    dr[syncs[ok]] = src[ok]
+    return dr
+
+
+def _collective_rows(nodes: pd.DataFrame, collectives: pd.DataFrame) -> np.ndarray:
+    """Each comm node's row position in the rank's collectives table (-1 when it is not a collective call)."""
+    coll = np.full(len(nodes), -1, dtype=np.int64)
+    comm = np.flatnonzero((nodes["cat"] == "comm").to_numpy())
+    if len(comm) == 0 or collectives.empty:
+        return coll
+    table = pd.DataFrame({"start_ns": collectives["start_ns"].to_numpy(), "name": collectives["name"].astype(str).to_numpy(),
+                          "pos": np.arange(len(collectives))}).drop_duplicates(["start_ns", "name"])
+    found = pd.DataFrame({"start_ns": nodes["start_ns"].to_numpy()[comm],
+                          "name": nodes["name"].astype(str).to_numpy()[comm]}).merge(table, how="left")
+    coll[comm] = found["pos"].fillna(-1).to_numpy(dtype=np.int64)
+    return coll
+
+
+def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict[int, int], origin_ns: int) -> pd.DataFrame:
+    """All ranks' node tables as one (``Summary.graph``): global lanes and edge positions, times in ns from the run's
+    origin on the corrected clock, and ``group`` (a dense id per matched collective, -1 otherwise).
+
+    ``graphs`` come in the order the per-rank collectives tables were concatenated into ``collectives``, which
+    carries ``match_id`` and ``matched``."""
+    parts, offset, lanes, coll_offset = [], 0, 0, 0
+    calls_per_rank = collectives.groupby("rank").size() if len(collectives) else pd.Series(dtype=int)
+    for g in graphs:
+        if g.empty:
+            continue
+        rank = int(g["rank"].iloc[0])
+        moved = {c: np.where(g[c].to_numpy() >= 0, g[c].to_numpy() + offset, -1) for c in ("ps", "pe", "dr")}
+        coll = g["coll"].to_numpy()
+        delta = shift.get(rank, 0) + origin_ns
+        parts.append(g.assign(lane=g["lane"].to_numpy() + lanes, start_ns=g["start_ns"] - delta,
+                              end_ns=g["end_ns"] - delta, coll=np.where(coll >= 0, coll + coll_offset, -1), **moved))
+        offset, lanes = offset + len(g), lanes + int(g["lane"].max()) + 1
+        coll_offset += int(calls_per_rank.get(rank, 0))
+    if not parts:
+        return _empty().assign(group=pd.Series(dtype=np.int64))
+    names = union_categoricals([p["name"].astype("category") for p in parts])
+    nodes = pd.concat([p.drop(columns=["name"]) for p in parts], ignore_index=True)
+    nodes.insert(GRAPH_COLUMNS.index("name"), "name", names)
+    nodes["cat"] = nodes["cat"].astype(pd.CategoricalDtype(NODE_CATS))
+    coll = nodes["coll"].to_numpy()
+    has = coll >= 0
+    group = np.full(len(nodes), -1, dtype=np.int64)
+    if has.any():
+        matched = collectives["matched"].to_numpy(dtype=bool)[coll[has]]
+        ids = collectives["match_id"].to_numpy()[coll[has]]
+        group[np.flatnonzero(has)[matched]] = pd.factorize(ids[matched])[0]
+    nodes["group"] = group
+    nodes["pe"] = _checked_waits(nodes)
+    return nodes
+
+
+def _checked_waits(nodes: pd.DataFrame) -> np.ndarray:
+    """Drop a wait on a collective that ended after the waiting node started unless the transfer had already begun
+    (every rank arrived) by then: otherwise the edge would point back in time."""
+    pe = nodes["pe"].to_numpy().copy()
+    start, end, group = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy(), nodes["group"].to_numpy()
+    latest = pd.Series(start[group >= 0]).groupby(group[group >= 0]).max()
+    arrived = np.where(group >= 0, latest.reindex(np.maximum(group, 0)).to_numpy(), start)
+    has = pe >= 0
+    src = np.maximum(pe, 0)
+    late = has & (end[src] > start) & (np.maximum(arrived[src], start[src]) > start)
+    pe[late] = -1
+    return pe
