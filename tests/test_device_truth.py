@@ -72,6 +72,8 @@ def test_which_unlinked_events_count_as_launched_before_the_trace(tmp_path):
         # No correlation at all: judged by its stream's order. Before stream 7's first linked event (600): early;
         # after it: kept.
         memcpy(20, 20), memcpy(950, 10),
+        # Correlation 0 is CUPTI's "unset": judged by its stream too, and [1500, 1510) comes after stream 7's first.
+        kernel("zero_id_kernel", 1500, 10, correlation=0),
         # Launched by a driver call (cuLaunchKernel, Triton's way) in step 1, run in step 2's time: linked.
         x("cuda_driver", "cuLaunchKernel", 900, 5, pid=100, correlation=103),
         kernel("triton_poi_fused_add_0", 1450, 50, correlation=103),
@@ -84,6 +86,7 @@ def test_which_unlinked_events_count_as_launched_before_the_trace(tmp_path):
     assert sorted(early) == sorted([(GEMM, 0), (GEMM, 300_000), (NCCL_AR, 100_000), (memcpy_name, 20_000)])
     assert dev.loc[("late_id_kernel", 50_000), "step"] == 1
     assert dev.loc[(memcpy_name, 950_000), "step"] == 1
+    assert dev.loc[("zero_id_kernel", 1_500_000), "step"] == 2
     triton = dev.loc[("triton_poi_fused_add_0", 1_450_000)]
     assert (triton["launch_ns"], triton["step"], triton["kind"]) == (900_000, 1, "compute")
     # Left-out events have no kind and no step.

@@ -102,8 +102,8 @@ def launched_before_trace(events: pd.DataFrame, launch_row: np.ndarray) -> np.nd
 
     Such an event's launch is not in the trace, and it was issued before the first launch the trace holds: its
     ``correlation`` id is below every launch call's of its rank (the ids count up per process), or, when it has
-    none, it starts before the first event of its stream whose launch is in the trace (a stream runs in issue
-    order). Only ranks where at least one device event is linked to its launch are judged: a trace whose events
+    none (or 0, unset), it starts before the first event of its stream whose launch is in the trace (a stream runs
+    in issue order). Only ranks where at least one device event is linked to its launch are judged: a trace whose events
     carry no launch link at all (CPU-only, no runtime events, old formats) keeps every event.
     """
     rank = events["rank"].to_numpy().astype(np.int64)
@@ -114,13 +114,13 @@ def launched_before_trace(events: pd.DataFrame, launch_row: np.ndarray) -> np.nd
     if not judged.any():
         return judged
     rows = np.flatnonzero(judged)
-    calls = events["cat"].isin(RUNTIME_CATEGORIES).to_numpy() & (corr >= 0)
+    calls = events["cat"].isin(RUNTIME_CATEGORIES).to_numpy() & (corr > 0)
     below_ids = corr[rows] < _min_by(rank[calls], corr[calls], rank[rows])
     stream_key = rank * (1 << 40) + events["stream"].to_numpy()
     ts = events["ts_ns"].to_numpy()
     before_stream = ts[rows] < _min_by(stream_key[linked], ts[linked], stream_key[rows])
     out = np.zeros(len(events), dtype=bool)
-    out[rows] = np.where(corr[rows] >= 0, below_ids, before_stream)
+    out[rows] = np.where(corr[rows] > 0, below_ids, before_stream)  # id 0: unset (CUPTI's ids start at 1)
     return out
 
 
