@@ -68,12 +68,12 @@ def ranks(values) -> str:
     return ("rank " if len(listed) == 1 else "ranks ") + text
 
 
-_DISPLAY = (("_us", "_ms", 1e3), ("bytes", "MB", 1e6))
+_DISPLAY = (("_us", "_ms", 1e3), ("_us_per_step", "_ms_per_step", 1e3), ("bytes", "MB", 1e6))
 
 
 def display_units(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy of a Summary table in the display units: ``*_us`` columns become ``*_ms`` (values / 1e3) and
-    ``*bytes`` columns ``*MB`` (values / 1e6). Other columns are unchanged.
+    """A copy of a Summary table in the display units: ``*_us`` (and ``*_us_per_step``) columns become ``*_ms``
+    (values / 1e3) and ``*bytes`` columns ``*MB`` (values / 1e6). Other columns are unchanged.
 
     >>> display_units(pd.DataFrame({"rank": [0], "step_time_us": [1500.0], "allreduce_bytes": [4e6]})).to_dict("records")
     [{'rank': 0, 'step_time_ms': 1.5, 'allreduce_MB': 4.0}]

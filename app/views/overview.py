@@ -4,6 +4,7 @@ import streamlit as st
 
 from app import fmt, state
 from tracekit import charts, quality
+from tracekit.render import checked
 from tracekit.report import throughput
 
 ctx = state.context()
@@ -35,19 +36,12 @@ st.subheader("Findings")
 if findings is None:
     st.caption("This version of tracekit gives no findings.")
 elif not findings:
-    st.success("Nothing stood out.")
+    st.success("None: no check fired. Checked: " + "; ".join(checked()) + ".")
 else:
     for f in findings:
         severity = str(getattr(f, "severity", ""))
         box = st.error if severity in ("high", "critical") else st.warning if severity in ("medium", "warning") else st.info
         box(f"**{getattr(f, 'message', f)}**  \n{getattr(f, 'recommendation', '')}")
-
-st.subheader("Per rank")
-st.dataframe(s.ranks, hide_index=True, column_config=fmt.columns(s.ranks))
-skipped = s.run.get("skipped") or []
-if skipped:
-    with st.expander(f"{len(skipped)} file(s) skipped"):
-        st.dataframe(skipped, hide_index=True)
 
 quality_table = getattr(s, "data_quality", None)
 quality_notes = quality.notes(quality_table) if quality_table is not None else []
@@ -58,3 +52,11 @@ if quality_notes:
         st.info(note)
     with st.expander("Per rank"):
         st.dataframe(quality_table, hide_index=True)
+
+st.subheader("Per rank")
+ranks = fmt.display_units(s.ranks)
+st.dataframe(ranks, hide_index=True, column_config=fmt.columns(ranks))
+skipped = s.run.get("skipped") or []
+if skipped:
+    with st.expander(f"{len(skipped)} file(s) skipped"):
+        st.dataframe(skipped, hide_index=True)
