@@ -43,6 +43,14 @@ else:
         box = st.error if severity in ("high", "critical") else st.warning if severity in ("medium", "warning") else st.info
         box(f"**{getattr(f, 'message', f)}**  \n{getattr(f, 'recommendation', '')}")
 
+st.subheader("Per rank")
+ranks = fmt.display_units(s.ranks)
+st.dataframe(ranks, hide_index=True, column_config=fmt.columns(ranks))
+skipped = s.run.get("skipped") or []
+if skipped:
+    with st.expander(f"{len(skipped)} file(s) skipped"):
+        st.dataframe(skipped, hide_index=True)
+
 quality_table = getattr(s, "data_quality", None)
 quality_notes = quality.notes(quality_table) if quality_table is not None else []
 if quality_notes:
@@ -52,11 +60,3 @@ if quality_notes:
         st.info(note)
     with st.expander("Per rank"):
         st.dataframe(quality_table, hide_index=True)
-
-st.subheader("Per rank")
-ranks = fmt.display_units(s.ranks)
-st.dataframe(ranks, hide_index=True, column_config=fmt.columns(ranks))
-skipped = s.run.get("skipped") or []
-if skipped:
-    with st.expander(f"{len(skipped)} file(s) skipped"):
-        st.dataframe(skipped, hide_index=True)
