@@ -16,7 +16,7 @@ def text_report(summary: Summary) -> str:
     lines = [
         f"tracekit summary of {run.get('source') or 'traces'}",
         f"  ranks read {run.get('ranks_read')} of world size {_v(run.get('world_size'))}, backend {_v(run.get('backend'))}, "
-        f"devices: {', '.join(run.get('device_names') or []) or 'cpu'}",
+        f"devices: {', '.join(run.get('device_names') or []) or ', '.join(sorted(set(summary.ranks['device'].astype(str))))}",
         f"  window: {run.get('window')} (times below are per rank over the window)",
     ]
     workload = run.get("workload_run") or {}
@@ -48,7 +48,7 @@ def checked() -> tuple[str, ...]:
         f"synchronizations inside the step (idle >= {checks.SYNC_IDLE_SHARE:.0%})",
         "DataParallel",
         f"fp16/bf16 kernels on tensor-core GPUs (< {checks.REDUCED_PRECISION_SHARE:.0%} of compute)",
-        f"all-reduce bus bandwidth (< {checks.BUSBW_SHARE:.0%} of NVLink's, one node, known GPUs)",
+        f"all-reduce bus bandwidth (< {checks.BUSBW_SHARE:.0%} of the GPU link's: NVLink, Infinity Fabric; one node, known GPUs)",
     )
 
 
