@@ -82,6 +82,13 @@ def test_empty_causal_bounds_are_flagged_not_hidden():
     assert clocks.offsets_to_correct(pd.DataFrame([o.to_dict() | {"rank": 1}])) == {}  # 70 < 3 x 44.5 us: not clear
 
 
+def test_all_to_all_with_split_sizes_gives_bounds():
+    # One all_to_all where rank 1 sends twice what rank 0 sends: a real call, not a wrong match. Bounds [50 - 10, 60 - 0].
+    coll, group = table([(0, 0, 0, 10, 4000.0), (0, 1, 50, 60, 8000.0)], op="all_to_all")
+    o = clocks.clock_offsets(coll, group, {0: "a", 1: "b"}).set_index("rank").loc[1]
+    assert (o["samples"], o["lower_us"], o["upper_us"]) == (1, 40, 60)
+
+
 def test_correction_rule():
     nan = math.nan
     rows = [  # rank, offset, lower, upper, noise, samples, bounds

@@ -9,7 +9,8 @@ barrier). Causality: no member leaves it before the last member entered it. And,
 - **Bounds.** With ``d`` = host H's clock minus the reference clock, every call that both hosts took part in gives
   ``max start on H - min end on ref <= d <= min end on H - max start on ref``. Their intersection,
   ``[lower_us, upper_us]``, holds the true offset however late a rank was scheduled: delays only widen a call's
-  interval. Calls whose ranks disagree on the op or the size are left out (a wrong match gives false bounds).
+  interval. Calls whose ranks disagree on the op or the size (all_to_all: the op) are left out (a wrong match
+  gives false bounds).
 - **Ends.** ``median`` over calls of (mean end on H - mean end on ref), with ``noise_us`` = 1.4826 x their median
   absolute deviation. Ends spread (gloo's ring, a busy CPU), so this alone can be off by milliseconds.
 - **Estimate** (``offset_us``): the middle of what both allow, ``[lower, upper] ∩ [median -+ 3 noise]``. Where the
@@ -63,6 +64,8 @@ def call_bounds(coll: pd.DataFrame, group: np.ndarray, domain_of: dict[int, str]
     frame = pd.DataFrame({"g": group, "dom": coll["rank"].map(domain_of).to_numpy(), "start": start, "end": end,
                           "op": coll["op"].astype(str).to_numpy(), "bytes": coll["bytes"].to_numpy()})
     frame = frame[frame["op"].isin(SYNCHRONISING_OPS).to_numpy() & frame["dom"].notna().to_numpy()]
+    # Ranks of one all_to_all send different amounts (split sizes): only its op must agree.
+    frame = frame.assign(bytes=frame["bytes"].where(frame["op"] != "all_to_all"))
     agree = frame.groupby("g").agg(ops=("op", "nunique"), sizes=("bytes", "nunique"))
     frame = frame[frame["g"].isin(agree.index[(agree["ops"] == 1) & (agree["sizes"] <= 1)])]
     per = frame.groupby(["g", "dom"], sort=False).agg(first_end=("end", "min"), last_start=("start", "max"),
