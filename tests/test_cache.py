@@ -193,3 +193,16 @@ def test_clear_empties_the_folder_and_says_what_it_removed(tmp_path):
     assert cache.clear(tmp_path) == before
     assert cache.info(tmp_path) == cache.CacheInfo(tmp_path, 0, 0)
     assert cache.info(tmp_path / "missing") == cache.CacheInfo(tmp_path / "missing", 0, 0)
+
+
+def test_a_read_only_cache_still_answers(tmp_path, monkeypatch):
+    store = cache.Store(tmp_path / "cache", RankResult)
+    path = GLOO_RUN / "rank-0.pt.trace.json.gz"
+    key = engine.rank_key(path, Config(), 0)
+    store.put(key, analyze_rank(path, Config(), 0))
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr(os, "utime", read_only)  # marking the entry used fails, as on a read-only shared cache
+    assert store.get(key) is not None

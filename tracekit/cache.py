@@ -21,6 +21,7 @@ optimisation: an entry that cannot be written is skipped with a warning, and one
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -103,10 +104,11 @@ class Store:
             if not entry.is_dir():
                 return None
             value = _join(self.kind, *_read_entry(entry))
-            os.utime(entry)  # most recently used: trimmed last
-            return value
         except _ERRORS_READING:  # unreadable, half-removed or from another layout: a miss
             return None
+        with contextlib.suppress(OSError):  # a read-only cache still answers; it is just not reordered
+            os.utime(entry)  # most recently used: trimmed last
+        return value
 
     def put(self, key: str, value) -> None:
         """Keep ``value`` under ``key``; a failure to write is a warning, never an error. Does not trim."""
