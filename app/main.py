@@ -26,7 +26,9 @@ from tracekit.errors import TracekitError  # noqa: E402
 VIEWS = REPO / "app" / "views"
 PAGES = (("overview", "Overview", ":material/dashboard:"), ("ranks", "Ranks", ":material/bar_chart:"),
          ("communication", "Communication", ":material/swap_horiz:"), ("idle", "Idle", ":material/hourglass_empty:"),
-         ("timeline", "Timeline", ":material/view_timeline:"), ("compare", "Compare", ":material/compare_arrows:"))
+         ("timeline", "Timeline", ":material/view_timeline:"), ("compare", "Compare", ":material/compare_arrows:"),
+         ("fsdp", "FSDP", ":material/view_module:"))
+HAS_FSDP = "tracekit.has_fsdp"  # whether the open run has FSDP units: the FSDP page is listed only then
 UPLOAD_LABEL = "upload"
 LIMITS = UploadLimits()
 PREFERRED = "resnet-gloo-2rank"
@@ -35,7 +37,9 @@ PREFERRED = "resnet-gloo-2rank"
 def main() -> None:
     st.set_page_config(page_title="tracekit", page_icon=":material/timeline:", layout="wide")
     state.url_once()
-    pages = {slug: st.Page(VIEWS / f"{slug}.py", title=title, icon=icon, url_path=slug, default=slug == "overview")
+    listed = st.session_state.get(HAS_FSDP, False)
+    pages = {slug: st.Page(VIEWS / f"{slug}.py", title=title, icon=icon, url_path=slug, default=slug == "overview",
+                           visibility="visible" if slug != "fsdp" or listed else "hidden")
              for slug, title, icon in PAGES}
     page = st.navigation(list(pages.values()))
     wanted = state.take_from_url("page")
@@ -56,6 +60,9 @@ def main() -> None:
         ctx = _open(roots, tuple(runs), run_id)
         if ctx is not None:
             st.session_state[state.CONTEXT] = ctx
+            st.session_state[HAS_FSDP] = len(getattr(ctx.summary, "fsdp", ())) > 0
+            if st.session_state[HAS_FSDP] != listed:
+                st.rerun()  # list (or unlist) the FSDP page for this run
     current = st.session_state.get(state.CONTEXT)
     st.query_params.from_dict({k: v for k, v in {
         "run": run_id, "page": page.url_path or "overview", "rank": None if current is None else current.rank,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import cache as tracekit_cache
-from tracekit import clocks, crossrank, findings, metrics
+from tracekit import clocks, crossrank, findings, fsdp_findings, metrics
 from tracekit import predict
 from tracekit.config import Config
 from tracekit.engine import EngineOptions, map_ranks
@@ -94,6 +94,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     collectives = pd.concat([collectives, crossrank.timing(collectives, group, start_ns, set(unreliable))], axis=1)
     origin_ns = min(r.origin_ns - shift.get(r.meta.rank, 0) for r in results)
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
+    fsdp = _relative(_shift(pd.concat([r.fsdp for r in results], ignore_index=True), shift), origin_ns)
 
     ranks = _rank_table(results, steps, collectives)
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0
@@ -106,7 +107,8 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     run["straggler_suspicions"] = crossrank.verdict(evidence, "suspected").to_dict("records")
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=findings.find(ranks, collectives, slow, run), data_quality=_data_quality(results))
+                   findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run), fsdp, steps),
+                   data_quality=_data_quality(results), fsdp=fsdp)
     return predict.with_predictions(summary, [r.graph for r in results], shift)
 
 

@@ -94,7 +94,8 @@ def requests(ann: pd.DataFrame) -> pd.DataFrame:
     pre = ann[ann["hook"].isin(list(_REQUEST))].assign(phase=lambda a: a["hook"].map(_REQUEST))
     post = ann[ann["hook"].isin(list(_POST))].assign(phase=lambda a: a["hook"].map(_POST))
     pre = _name_fsdp1_units(pre, post)
-    key = lambda f: f["api"] + "|" + f["unit"].astype(str) + "|" + f["phase"]  # noqa: E731
+    # FSDP2: the unit's own post-hook; FSDP1 post-hooks name no unit: the phase's next one (right for a chain of units)
+    key = lambda f: f["api"] + "|" + f["unit"].astype(str).where(f["api"] == "fsdp2", "") + "|" + f["phase"]  # noqa: E731
     left = pre.assign(k=key(pre)).sort_values("start_ns")
     right = post.assign(k=key(post) if len(post) else [], post_ns=post["start_ns"]).sort_values("start_ns")
     ends = pd.merge_asof(left, right[["k", "start_ns", "post_ns"]], on="start_ns", by="k", direction="forward")
@@ -146,6 +147,8 @@ def unit_table(events: pd.DataFrame, calls: pd.DataFrame, comm_args: pd.DataFram
     req = req.sort_values("start_ns", ignore_index=True)
     compute = _compute(events, ann)
     col = _tie_collectives(events, calls, comm_args, ann)
+    busy = iv.merge(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
+    col["exposed_ns"] = col["dur_ns"] - iv.covered_within(busy, col["start_ns"].to_numpy(), col["end_ns"].to_numpy())
     gathers = ann[ann["hook"] == "all_gather"].assign(prefetch=False, id=lambda a: a.index.to_numpy())
     if (ann["api"] == "fsdp1").any():  # FSDP1 has no all-gather annotation: the innermost hook around the call
         gathers = pd.concat([gathers, _fsdp1_gathers(ann, col)], ignore_index=True)
@@ -154,8 +157,8 @@ def unit_table(events: pd.DataFrame, calls: pd.DataFrame, comm_args: pd.DataFram
     reduces = reduces.assign(id=reduces.index.to_numpy())
     reduces = reduces.assign(request=_reduce_request(reduces, req))
 
-    ag = _per_annotation(gathers, col[col["family"] == "gather"], compute)
-    rs = _per_annotation(reduces, col[col["family"] == "reduce"], compute)
+    ag = _per_annotation(gathers, col[col["family"] == "gather"])
+    rs = _per_annotation(reduces, col[col["family"] == "reduce"])
     out = req[["api", "unit", "phase", "step"]].copy()
     out.insert(0, "rank", events["rank"].iloc[0] if len(events) else -1)
     out["order"] = out.groupby(["step", "phase"]).cumcount()
@@ -207,7 +210,7 @@ def _compute(events: pd.DataFrame, ann: pd.DataFrame) -> pd.DataFrame:
 
 
 def _count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
-    """For each span, how many points of its thread lie in ``[start, end)``."""
+    """For each span, how many points of its thread lie in ``(start, end)``."""
     threads, codes = np.unique(np.concatenate([np.asarray(p_tid, dtype=str), np.asarray(s_tid, dtype=str)]),
                                return_inverse=True)
     if len(s_start) == 0:
@@ -216,7 +219,8 @@ def _count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
     width = int(max(np.max(p_ns, initial=0), s_end.max()) - lo + 1)
     points = np.sort(codes[:len(p_ns)] * width + (np.asarray(p_ns, dtype=np.int64) - lo))
     sc = codes[len(p_ns):] * width
-    return np.searchsorted(points, sc + (s_end - lo), side="left") - np.searchsorted(points, sc + (s_start - lo), side="left")
+    # strictly after the span's start: an annotation starting with an op at the same time is its parent, not its child
+    return np.searchsorted(points, sc + (s_end - lo), side="left") - np.searchsorted(points, sc + (s_start - lo), side="right")
 
 
 def _tie_collectives(events, calls, comm_args, ann) -> pd.DataFrame:
@@ -309,18 +313,12 @@ def _reduce_request(reduces: pd.DataFrame, req: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _per_annotation(anns: pd.DataFrame, col: pd.DataFrame, compute: pd.DataFrame) -> pd.DataFrame:
+def _per_annotation(anns: pd.DataFrame, col: pd.DataFrame) -> pd.DataFrame:
     """One row per collective tied to an annotation (NaN times for an annotation with none): request, start_ns
-    (the annotation's: when it was issued), end_ns, dur_ns, exposed_ns, bytes."""
+    (the annotation's: when it was issued), end_ns, dur_ns, exposed_ns, bytes, dtype."""
     table = pd.DataFrame({"ann": anns["id"].to_numpy(dtype=np.int64), "request": anns["request"].to_numpy(), "start_ns": anns["start_ns"].to_numpy()})
     table = table[table["request"] >= 0]
-    merged = table.merge(col.drop(columns=["start_ns"]), on="ann", how="left")
-    busy = iv.merge(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
-    known = merged["dur_ns"].notna().to_numpy()
-    exposed = np.full(len(merged), np.nan)
-    s = (merged["end_ns"].to_numpy() - merged["dur_ns"].to_numpy())
-    exposed[known] = merged["dur_ns"].to_numpy()[known] - iv.covered_within(busy, s[known], merged["end_ns"].to_numpy()[known])
-    return merged.assign(exposed_ns=exposed)
+    return table.merge(col.drop(columns=["start_ns"]), on="ann", how="left")
 
 
 def _own_compute(req: pd.DataFrame, compute: pd.DataFrame) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Findings for sharded training (FSDP), read off ``summary.fsdp``: each names the remedy that fits what was measured.
 
 - ``fsdp_exposed_allgather``: all-gathers with no compute under them take a share of the step time. The remedy
-  follows where that time is: on-demand gathers (not prefetched) -> prefetch more; gathers of the backward pass
+  follows where that time is: gathers issued on demand after the first unit of a pass (an earlier unit could have
+  prefetched them) -> prefetch more; gathers of the backward pass
   (parameters freed after forward) -> ``reshard_after_forward=False`` for the last units, which backward needs first;
   many small units -> fewer, larger units.
 - ``fsdp_fp32_allgather``: parameters gathered in float32 while all-gathers are exposed: bf16 halves the bytes.
@@ -20,7 +21,6 @@ import pandas as pd
 from tracekit.findings import SEVERITY_ORDER, Finding
 
 EXPOSED_ALLGATHER_SHARE = (0.05, 0.20)  # medium, high
-ON_DEMAND_SHARE = 0.5                   # of exposed all-gather: prefetching is the remedy
 BACKWARD_SHARE = 0.3                    # of exposed all-gather in backward: keep the last units unsharded
 EXPOSED_REDUCE_SHARE = 0.05             # of step time, the last backward unit's exposed reduction
 SMALL_UNIT_BYTES = 4e6                  # a gather under this is latency-bound on any interconnect
@@ -72,21 +72,33 @@ def _exposed_allgather(rows, step_us):
     hit = share.index[share >= EXPOSED_ALLGATHER_SHARE[0]]
     mine = rows[rows["rank"].isin(hit)]
     exposed = float(mine["allgather_exposed_us"].sum())
-    on_demand = float(mine.loc[mine["prefetch"] == "on_demand", "allgather_exposed_us"].sum()) / exposed
+    late = late_on_demand(mine)
+    late_us = float(mine.loc[late, "allgather_exposed_us"].sum())
+    late_per_step = float(late.sum()) / max(1, mine.groupby(["rank", "step"]).ngroups)
     backward = float(mine.loc[mine["phase"] == "backward", "allgather_exposed_us"].sum()) / exposed
     per_unit = mine.groupby("unit")["allgather_exposed_us"].sum().sort_values(ascending=False)
     small = float(mine.loc[mine["gathers"] > 0, "allgather_bytes"].median()) < SMALL_UNIT_BYTES
-    remedies = ([PREFETCH_REMEDY] if on_demand >= ON_DEMAND_SHARE else []) + \
+    prefetch = late_us > 0
+    remedies = ([PREFETCH_REMEDY] if prefetch else []) + \
                ([RESHARD_REMEDY] if backward >= BACKWARD_SHARE else []) + ([LARGER_UNITS_REMEDY] if small else [])
     units = ", ".join(f"{u} {v / 1e3:.1f} ms" for u, v in per_unit.head(3).items())
     return [Finding(
         "fsdp_exposed_allgather", level, tuple(int(r) for r in hit),
-        f"FSDP all-gathers with no compute under them take up to {worst:.0%} of the step time; {on_demand:.0%} of "
-        f"that is gathers issued on demand (not prefetched) and {backward:.0%} is in backward. Most exposed units: {units}.",
+        f"FSDP all-gathers with no compute under them take up to {worst:.0%} of the step time ({backward:.0%} of it "
+        f"in backward); {late_per_step:.1f} gathers per step and rank were issued on demand after the first unit of "
+        f"their pass, with {late_us / 1e3:.1f} ms exposed. Most exposed units: {units}.",
         "; ".join(remedies or ["overlap the gathers with compute (prefetch), or gather fewer bytes"]) + ".",
-        {"share": worst, "allgather_exposed_us": exposed, "on_demand_share": on_demand, "backward_share": backward,
-         "threshold": EXPOSED_ALLGATHER_SHARE[0], "prefetch_remedy": on_demand >= ON_DEMAND_SHARE,
-         "units": {str(u): float(v) for u, v in per_unit.items()}})]
+        {"share": worst, "allgather_exposed_us": exposed, "late_on_demand_per_step": late_per_step,
+         "late_on_demand_exposed_us": late_us, "backward_share": backward, "threshold": EXPOSED_ALLGATHER_SHARE[0],
+         "prefetch_remedy": prefetch, "units": {str(u): float(v) for u, v in per_unit.items()}})]
+
+
+def late_on_demand(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose all-gather was issued on demand although an earlier unit of the same pass could have prefetched
+    it (the first gathering unit of a pass has nothing before it to hide under)."""
+    gathered = rows["gathers"] > 0
+    first = rows["order"].where(gathered).groupby([rows["rank"], rows["step"], rows["phase"]], observed=True).transform("min")
+    return (rows["prefetch"] == "on_demand") & (rows["order"] > first)
 
 
 def _fp32_allgather(rows, step_us):

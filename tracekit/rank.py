@@ -18,12 +18,15 @@ from tracekit.classify import COMM_ANNOTATION, STEP_NAME, classify, step_table
 from tracekit.collectives import collective_table
 from tracekit.commnames import COLLECTIVE_OP
 from tracekit.config import Config
+from tracekit.fsdp import ANNOTATION as FSDP_ANNOTATION
+from tracekit.fsdp import unit_table as fsdp_unit_table
 from tracekit.graph import rank_graph
 from tracekit.reader import RankMeta, read_rank
 
 # The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
 # out of the table (about half its events); a CPU-only trace keeps all, since its ops are the device work.
-_HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, COLLECTIVE_OP, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER)
+_HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, COLLECTIVE_OP, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER,
+                  FSDP_ANNOTATION)
 
 
 def reads_host_op(name: str) -> bool:
@@ -44,6 +47,7 @@ class RankResult:
     gaps: pd.DataFrame          # metrics.gap_table over the window
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row: data_quality_row
     graph: pd.DataFrame = field(default_factory=pd.DataFrame)  # graph.rank_graph: nodes, within-rank edges
+    fsdp: pd.DataFrame = field(default_factory=pd.DataFrame)  # fsdp.unit_table, with in_window
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:
@@ -69,8 +73,11 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     dev_all = metrics.all_device_events(events)
     dev = metrics.in_window(dev_all, steps, config.window)
 
-    collectives = collective_table(events, comm_args, _pg_sizes(meta)).drop(columns=["row"])
+    calls = collective_table(events, comm_args, _pg_sizes(meta))
+    collectives = calls.drop(columns=["row"])
     collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)
+    fsdp = fsdp_unit_table(events, calls, comm_args, device_rank)
+    fsdp["in_window"] = _in_window(fsdp["step"], steps, kept, config)
     step_rows = metrics.step_breakdown(dev_all, steps)
     if dev_all.empty:  # no device event at all (kernels not collected): the steps' device times are unknown
         step_rows = step_rows.assign(**{c: np.nan for c in _STEP_DEVICE_COLUMNS})
@@ -94,7 +101,7 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps,
                       quality=data_quality_row(meta, events, device_rank, len(dev_all)),
-                      graph=rank_graph(events, collectives))
+                      graph=rank_graph(events, collectives), fsdp=fsdp)
 
 
 _STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")

@@ -186,3 +186,62 @@ CLOCK_OFFSET_FIELDS = {
     "conflicts": "shared calls whose own causal interval excludes offset_us (0 unless inconsistent)",
     "corrected": "whether its times were moved by offset_us onto the reference clock",
 }
+
+# summary.fsdp: one row per rank x step x FSDP unit x phase (see tracekit.fsdp); empty when the run has no FSDP.
+FSDP_COLUMNS = {
+    "rank": "rank", "api": "fsdp2 (fully_shard) or fsdp1 (FullyShardedDataParallel)",
+    "unit": "FSDP2: the module path ('(root)' for the root); FSDP1: '#k', k-th unit forward in the step",
+    "phase": "forward or backward", "step": "ProfilerStep of the unit's pre-hook (-1 outside steps)",
+    "order": "position of the unit in its phase of the step",
+    "start_us": "the pre-hook's start (when the unit asked for its parameters), from the run's origin",
+    "compute_us": "compute issued in the unit's window (pre-hook to post-hook), not in a nested unit's; NaN without a post-hook",
+    "gathers": "all-gathers that served this request (0: parameters already unsharded)",
+    "allgather_us": "their duration", "allgather_exposed_us": "the part with no compute under it",
+    "allgather_bytes": "output bytes (shard x group size on gloo); NaN if unknown",
+    "allgather_dtype": "element type of the gathered parameters as the trace writes it (None without a gather)",
+    "wait_us": "no-compute time from when the unit could start (CPU: its pre-hook; GPU: the end of the compute launched "
+               "before it) to the end of its all-gather",
+    "prefetch": "prefetched (all-gather issued before the pre-hook), on_demand, or no_gather",
+    "reduces": "reductions of its gradients (reduce-scatter; an all-reduce of the full buffer on gloo)",
+    "reduce_us": "their duration", "reduce_exposed_us": "the part with no compute under it",
+    "reduce_bytes": "input bytes (the unsharded, padded gradient); NaN if unknown",
+    "in_window": "whether its step is in the window",
+}
+
+# summary.critical_path: per window step, the time on the chain of events that ends it (tracekit.critical_path).
+CRITICAL_PATH_COLUMNS = {
+    "rank": "the rank the path spends this time on",
+    "step": "ProfilerStep the path ends (it runs from that step's start to the next step's on the rank that ends last)",
+    "category": "compute, comm_transfer, launch, host, data, sync or other (see tracekit.critical_path)",
+    "us": "time on the path", "waiting": "on another rank than ends_on_rank: that rank was waiting for this one",
+    "ends_on_rank": "the rank whose next ProfilerStep comes last: where the walk back starts",
+}
+CRITICAL_PATH_EVENT_COLUMNS = {
+    "rank": "rank", "step": "ProfilerStep the path ends", "start_us": "from the run's origin", "end_us": "end",
+    "name": "event name (for a delay: the event it delayed)",
+    "kind": "the node's kind (compute, memory, comm, launch, sync, data, host, marker) or 'delay': unrecorded time "
+            "before the node could start",
+    "category": "as in critical_path", "waiting": "as in critical_path", "ends_on_rank": "as in critical_path",
+}
+# summary.graph: one row per node of the run's dependency graph (tracekit.graph); what tracekit.whatif replays.
+GRAPH_COLUMNS = {
+    "rank": "rank", "lane": "host thread, GPU stream or gloo thread (dense id over the run); nodes of a lane run in order",
+    "start_ns": "start, ns from the run's origin on the corrected clock", "end_ns": "end (a marker: its start)",
+    "step": "ProfilerStep (device events: of their launch); -1 outside steps",
+    "cat": "compute, memory, comm, launch, sync, data, host or marker (a ProfilerStep start)",
+    "name": "event name", "in_data": "inside a DataLoader __next__",
+    "coll": "row of the collective in summary.collectives (-1: not one)",
+    "ps": "node whose start this one waits for (launch, gloo hand-off); -1 none",
+    "pe": "node whose end this one waits for (cross-stream wait, host waiting for a collective); -1 none",
+    "dr": "node whose end a synchronizing call waits for; -1 none",
+    "busy_ns": "CPU-only ranks: the part of the gap before the node, after its lane predecessor, that an enclosing "
+               "compute op covers (that op's own time); 0 elsewhere",
+    "group": "dense id of the matched collective: its transfer starts when every member has started; -1 none",
+}
+# tracekit.whatif: one row per scenario.
+WHATIF_COLUMNS = {
+    "scenario": "baseline, no_straggler, comm_x<k>, perfect_overlap, no_host_gaps or no_data_wait",
+    "step_time_us": "replayed mean step time: mean over ranks of each rank's mean window step",
+    "speedup": "baseline step_time_us / this one", "saving_us": "baseline - this, per step",
+    "saving_pct": "saving_us / baseline x 100",
+}

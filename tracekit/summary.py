@@ -30,6 +30,7 @@ class Summary:
       critical_path         per step: time on the chain of events that ends it, by rank and category
       critical_path_events  that chain's events (``tracekit.critical_path``)
       graph        the run's dependency graph, one row per node (``tracekit.graph``): what ``tracekit.whatif`` replays
+      fsdp         one row per rank x step x FSDP unit x phase (``tracekit.fsdp``); empty without FSDP
     ``findings`` lists what to change, most severe first.
     ``run`` holds facts about the run: world size, backend, devices, files read and skipped, the window.
     """
@@ -47,6 +48,7 @@ class Summary:
     critical_path_events: pd.DataFrame = field(default_factory=pd.DataFrame)
     graph: pd.DataFrame = field(default_factory=pd.DataFrame)
     data_quality: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(DATA_QUALITY_COLUMNS)))
+    fsdp: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def clock_shift_ns(self, rank: int) -> int:
         """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
@@ -61,6 +63,12 @@ class Summary:
     def step_times(self) -> pd.DataFrame:
         """Rank x step table of step times (us)."""
         return self.steps.pivot(index="rank", columns="step", values="step_us")
+
+    def fsdp_totals(self) -> pd.DataFrame:
+        """Per rank over the window: exposed all-gather and reduction (us) and their % of step time (``tracekit.fsdp``)."""
+        from tracekit.fsdp import rank_totals
+
+        return rank_totals(self.fsdp, self.steps)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values: tables as lists of records, NaN as None."""
@@ -77,6 +85,7 @@ class Summary:
             "critical_path": _records(self.critical_path),
             "critical_path_events": _records(self.critical_path_events),
             "data_quality": _records(self.data_quality),
+            "fsdp": _records(self.fsdp),
         }
 
     def to_json(self) -> str:

@@ -8,9 +8,11 @@ gradient). The flags move the classic FSDP trade-offs:
   --reshard-after-forward true|false  free each block's gathered parameters after its forward (gather again in
                                       backward) or keep them until backward. The root keeps FSDP's own default,
                                       which never reshards the root after forward.
-  --prefetch N                        explicit prefetch: each block asks for the next N blocks' all-gathers
+  --prefetch N                        explicit prefetch: the root and each block ask for the next N blocks' all-gathers
                                       (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch); 0 for none,
-                                      which leaves only FSDP's implicit backward prefetch of one unit.
+                                      which leaves only FSDP's implicit backward prefetch of one unit. On CPU ranks
+                                      gathers are issued with async_op=True, else a gloo gather blocks the thread
+                                      and no prefetch could overlap compute.
   --mp bf16                           MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): all-gathers
                                       move half the bytes, gradients are still reduced in float32.
 
@@ -103,6 +105,7 @@ def shard(model: GPT, cfg: FSDPConfig, rank: training.Rank) -> torch.nn.Module:
         fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, mp_policy=policy)
     fully_shard(model, mp_policy=policy)  # the root: FSDP's default keeps it unsharded between forward and backward
     if cfg.prefetch:
+        model.set_modules_to_forward_prefetch(blocks[:cfg.prefetch])  # the root's forward asks for the first blocks
         for i, block in enumerate(blocks):
             block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + cfg.prefetch])
             block.set_modules_to_backward_prefetch(blocks[max(0, i - cfg.prefetch):i][::-1])
