@@ -91,27 +91,30 @@ def test_scenarios(gloo_run, scenario, step_ms):
 
 
 def test_no_straggler(gloo_run):
-    """Rank 1 arrives last at both all-reduces. Its time since its previous arrival (positive delays plus own
-    times of its nodes, the collective excepted) is cut to rank 0's for the same collective:
-      all-reduce 1: rank 1 has sleep 30 + mm 20 + c10d 1 = 51 ms, rank 0 has mm 20 + c10d 1 = 21 ms
-      all-reduce 2: rank 1 has copy 1 + add 9 + host 30 (before ProfilerStep#2) + sleep 30 + mm 20 + c10d 1 = 91 ms,
-                    rank 0 the same without the sleep: 61 ms."""
-    f1, f2 = 21 / 51, 61 / 91
-    factor = straggler_factors(gloo_run.graph, replay.measure(gloo_run.graph))
-    rank1 = (gloo_run.graph["rank"] == 1).to_numpy()
-    assert sorted(np.unique(np.round(factor[rank1], 9))) == pytest.approx(sorted({1.0, round(f1, 9), round(f2, 9)}))
-    assert (factor[~rank1] == 1).all()
-    # Replay, ms. Step 1: rank 1 hands the collective to gloo when its c10d op starts, (30 + 20) f1, + 1 ms.
-    arrive1 = 50 * f1 + 1
+    """Rank 1 arrives last at both all-reduces. Its time since its previous arrival is cut to rank 0's for the same
+    collective, compute and host time each on its own:
+      all-reduce 1: host: rank 1 sleep 30 + c10d 1 = 31 ms, rank 0 c10d 1 ms; compute: mm 20 on both
+      all-reduce 2: host: rank 1 30 (before ProfilerStep#2) + sleep 30 + c10d 1 = 61 ms, rank 0 31 ms;
+                    compute: copy 1 + add 9 + mm 20 = 30 ms on both."""
+    h1, h2 = 1 / 31, 31 / 61
+    delay_factor, tail_factor, busy_factor = straggler_factors(gloo_run.graph, replay.measure(gloo_run.graph))
+    g = gloo_run.graph
+    names, rank1 = g["name"].astype(str).to_numpy(), (g["rank"] == 1).to_numpy()
+    sleeps = np.flatnonzero(names == "straggler_sleep")
+    assert tail_factor[sleeps].tolist() == pytest.approx([h1, h2])
+    assert (tail_factor[np.isin(names, ["aten::mm", "aten::add_"])] == 1).all()  # same compute: not cut
+    assert (delay_factor[~rank1] == 1).all() and (tail_factor[~rank1] == 1).all()
+    # Replay, ms. Step 1: rank 1 hands the collective to gloo 1 ms after its c10d op starts, at 30 h1 + 20.
+    arrive1 = 30 * h1 + 20 + 1
     end1 = arrive1 + 9
-    marker2 = {0: end1 + 1 + 9 + 30, 1: end1 + (1 + 9 + 30) * f2}
-    # Step 2: each rank from its own ProfilerStep#2; rank 0 arrives after mm + 1, rank 1 after (30 + 20) f2 + 1.
-    arrive2 = max(marker2[0] + 20 + 1, marker2[1] + 50 * f2 + 1)
-    marker3 = arrive2 + 9 + 1 + 9 + 30  # copy, add, host: after the last collective nothing is scaled
+    marker2 = {0: end1 + 1 + 9 + 30, 1: end1 + 1 + 9 + 30 * h2}
+    # Step 2: each rank from its own ProfilerStep#2; rank 1 sleeps 30 h2 ms.
+    arrive2 = max(marker2[0] + 20 + 1, marker2[1] + 30 * h2 + 20 + 1)
+    marker3 = arrive2 + 9 + 1 + 9 + 30  # copy, add, host: after the last collective nothing is cut
     expected = np.mean([np.mean([marker2[r], marker3 - marker2[r]]) for r in (0, 1)])
     got = tracekit.whatif(gloo_run, scenarios=["no_straggler"]).loc[0, "step_time_us"]
     assert got == pytest.approx(expected * MS, rel=1e-9)
-    assert got < 75 * MS  # close to the 70 ms that rank 0 alone needs
+    assert got < 72 * MS  # close to the 70 ms that rank 0 alone needs
 
 
 def test_compute_scale(gloo_run):
@@ -165,3 +168,28 @@ def test_simulate_converges_on_a_chain_across_lanes():
     assert model.delay.tolist() == [0, 5, 0] and model.tail.tolist() == [10, 10, 15]
     start, end = replay.simulate(model, tail=np.array([20.0, 10, 15]))  # a twice as long
     assert start.tolist() == [0, 25, 35] and end.tolist() == [20, 35, 50]
+
+
+def test_enclosing_ops_own_time_is_compute(tmp_path):
+    """One CPU rank: aten::linear [T, T+40] holds aten::mm [T+10, T+30]; aten::add_ [T+60, T+70]; steps of 100 ms.
+    The graph's nodes are the innermost ops (mm, add_); the 20 ms of linear's own time in the gaps before them is
+    ``busy`` (compute), the other 50 ms per step are host time."""
+    events = []
+    for k in (1, 2):
+        t = 100 * (k - 1)
+        events += [step(k, t * MS, 100 * MS), cpu("aten::linear", t * MS, 40 * MS), cpu("aten::mm", (t + 10) * MS, 20 * MS),
+                   cpu("aten::add_", (t + 60) * MS, 10 * MS)]
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", events + [step(3, 200 * MS, 10 * MS)], rank=0, world_size=1,
+                backend="gloo")
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    g = s.graph
+    names = g["name"].astype(str)
+    assert "aten::linear" not in set(names)
+    assert g.loc[names == "aten::mm", "busy_ns"].tolist() == [10 * MS * 1000] * 2
+    assert g.loc[names == "aten::add_", "busy_ns"].tolist() == [10 * MS * 1000] * 2
+    table = tracekit.whatif(s, ["baseline", "no_host_gaps"], compute_scale=None).set_index("scenario")
+    assert table["step_time_us"].tolist() == pytest.approx([100 * MS, 50 * MS])  # only the host time goes
+    doubled = tracekit.whatif(s, ["baseline"], compute_scale={0: 2.0}).loc[0, "step_time_us"]
+    assert doubled == pytest.approx(150 * MS)  # 50 ms of compute (mm 20, add 10, linear's own 20) twice as long
+    one = s.critical_path[s.critical_path["step"] == 1].set_index("category")["us"]
+    assert one["compute"] == pytest.approx(50 * MS) and one["host"] == pytest.approx(50 * MS)

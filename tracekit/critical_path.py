@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 
 from tracekit.replay import Model
+from tracekit.schema import CRITICAL_PATH_COLUMNS, CRITICAL_PATH_EVENT_COLUMNS
 
 CATEGORIES = ("compute", "comm_transfer", "launch", "host", "data", "sync", "other")
-PATH_COLUMNS = ["rank", "step", "category", "us", "waiting", "ends_on_rank"]
-EVENT_COLUMNS = ["rank", "step", "start_us", "end_us", "name", "kind", "category", "waiting", "ends_on_rank"]
+PATH_COLUMNS = list(CRITICAL_PATH_COLUMNS)
+EVENT_COLUMNS = list(CRITICAL_PATH_EVENT_COLUMNS)
 _OWN = {"compute": "compute", "memory": "compute", "comm": "comm_transfer", "launch": "launch", "sync": "sync",
         "data": "data", "host": "host", "marker": "other"}
 
@@ -91,6 +92,7 @@ class _Walker:
     def __init__(self, graph, model, start_by, end_by, end_kind, host_lane) -> None:
         # numpy arrays indexed one element at a time: the walk touches only the path's nodes.
         self.start, self.end, self.first, self.ps, self.pe = model.start, model.end, model.first, model.ps, model.pe
+        self.busy = model.busy
         self.start_by, self.end_by, self.end_kind = start_by, end_by, end_kind
         self.rank = graph["rank"].to_numpy()
         self.cat_codes, self.cats = graph["cat"].cat.codes.to_numpy(), list(graph["cat"].cat.categories)
@@ -131,9 +133,10 @@ class _Walker:
                 if by == 0 and self.first[i]:
                     break
                 lo = self.start[src] if src_phase == "start" else self.end[src]
-                if self.start[i] > lo:
-                    rows.append((self.rank[i], max(lo, t0), self.start[i], i, "delay",
-                                 self._delay_category(i, by)))
+                if self.start[i] > lo:  # unrecorded time; on CPU-only ranks partly enclosing ops' own time
+                    cut = self.start[i] - self.busy[i]
+                    rows.append((self.rank[i], max(cut, t0), self.start[i], i, "delay", "compute"))
+                    rows.append((self.rank[i], max(lo, t0), cut, i, "delay", self._delay_category(i, by)))
                 i, phase = src, src_phase
             if (self.start[i] if phase == "start" else self.end[i]) <= t0:
                 break

@@ -31,6 +31,8 @@ from pandas.api.types import union_categoricals
 
 from tracekit.causes import DATA_LOADER, SYNC_CALL
 from tracekit.classify import STEP_NAME
+from tracekit import intervals as iv
+from tracekit import schema
 from tracekit.reader import DEVICE_CATEGORIES
 
 NODE_CATS = ("compute", "memory", "comm", "launch", "sync", "data", "host", "marker")
@@ -39,7 +41,7 @@ MIN_WAIT_GAP_NS = 100_000
 WAIT_TOLERANCE = 0.10
 _ENQUEUE = re.compile(r"^c10d::(?!wait)")
 _HOST_CATS = ("cpu_op", "user_annotation", "python_function")
-GRAPH_COLUMNS = ["rank", "lane", "start_ns", "end_ns", "step", "cat", "name", "in_data", "coll", "ps", "pe", "dr"]
+GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c != "group"]  # per rank; the run graph adds group
 
 
 def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
@@ -104,8 +106,16 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     ps[np.flatnonzero(launched)] = np.where(np.isnan(src), -1, src).astype(np.int64)
     if not on_gpu:
         _enqueue_edges(nodes, events[name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy() & valid], ps)
+    busy = np.zeros(len(nodes), dtype=np.int64)
+    if not on_gpu:  # the own time of enclosing ops between two innermost ones is compute, not idle host time
+        prev_end = np.nan_to_num(_lane_prev_end(nodes), neginf=0).astype(np.int64)
+        for lane in host_lanes:  # one per training thread
+            ops = (kind == "compute") & (lane_key == lane)
+            mine = np.flatnonzero((nodes["lane"] == lane).to_numpy() & (nodes["cat"] != "comm").to_numpy())
+            busy[mine] = iv.covered_within(iv.merge(ts[ops], ts[ops] + dur[ops]), prev_end[mine],
+                                           nodes["start_ns"].to_numpy()[mine])
     out = nodes.assign(ps=ps, pe=_waits(nodes, on_gpu, ps), dr=_drains(nodes) if on_gpu else -1,
-                       coll=_collective_rows(nodes, collectives))
+                       coll=_collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
     out["lane"] = pd.factorize(out["lane"])[0].astype(np.int32)
     out["cat"] = pd.Categorical(out["cat"], categories=list(NODE_CATS))
     return out[GRAPH_COLUMNS]

@@ -4,9 +4,10 @@ Scenarios (each changes the measured ``delay``/``tail`` of some nodes, see ``tra
 finds where every other event moves, so the critical path may change):
 
   baseline         nothing changed: reproduces the measured step time
-  no_straggler     at each collective a rank arrived at last, that rank's time since its previous collective (its
-                   nodes' positive delays and own times, communication excepted) is cut to the median of the other
-                   ranks' for the same collective
+  no_straggler     at each collective a rank arrived at last, that rank's time since its previous collective is cut
+                   to the median of the other ranks' for the same collective, compute (own times of compute nodes)
+                   and host time (positive delays, own times of the other nodes) each on its own
+                   (``straggler_factors``)
   comm_x<k>        collective transfer times divided by k (``comm_x2``, ``comm_x0.5`` for twice as slow)
   perfect_overlap  collective transfers take no time (ranks still meet at every collective)
   no_host_gaps     the host is never late: on GPU ranks, host-thread delays and launch calls take no time and
@@ -14,7 +15,8 @@ finds where every other event moves, so the critical path may change):
                    unrecorded time between ops (not data loading, not waits) is removed
   no_data_wait     DataLoader ``__next__`` and everything inside it takes no time
 
-``compute_scale`` ({rank: factor}) multiplies the compute nodes' own times on top of any scenario.
+``compute_scale`` ({rank: factor}) multiplies the compute nodes' own times, after the scenario's changes (the cut
+of ``no_straggler`` is measured on the trace as it is).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracekit import replay
+from tracekit import replay, schema
 
 SCENARIOS = ("baseline", "no_straggler", "comm_x2", "perfect_overlap", "no_host_gaps", "no_data_wait")
-WHATIF_COLUMNS = ["scenario", "step_time_us", "speedup", "saving_us", "saving_pct"]
+WHATIF_COLUMNS = list(schema.WHATIF_COLUMNS)
 _COMM_X = re.compile(r"^comm_x(\d+(?:\.\d+)?)$")
 # Which scenario predicts the saving of each finding's fix, and how to say it.
 _FIX = {"straggler": ("no_straggler", "removing rank {ranks}'s delay"),
@@ -83,6 +85,11 @@ def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCE
     return table[WHATIF_COLUMNS]
 
 
+def _cats(graph: pd.DataFrame) -> np.ndarray:
+    """The node categories as an object array (through the codes: no string conversion per row)."""
+    return np.asarray(list(graph["cat"].cat.categories), dtype=object)[graph["cat"].cat.codes.to_numpy()]
+
+
 def _check(name: str) -> None:
     if name in SCENARIOS:
         return
@@ -98,8 +105,9 @@ def _window(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _step_us(graph, model, name, window_steps, compute_scale) -> float:
-    delay, tail, ps = model.delay.copy(), model.tail.copy(), model.ps
-    cat = graph["cat"].astype(str).to_numpy()
+    # A delay is host time (``delay - busy``) plus, on CPU-only ranks, enclosing ops' own time (``busy``).
+    host, busy, tail, ps = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps
+    cat = _cats(graph)
     rank = graph["rank"].to_numpy()
     comm = cat == "comm"
     match = _COMM_X.match(name)
@@ -109,68 +117,81 @@ def _step_us(graph, model, name, window_steps, compute_scale) -> float:
         tail = np.where(comm, 0.0, tail)
     elif name == "no_data_wait":
         data = graph["in_data"].to_numpy(dtype=bool)
-        delay, tail = np.where(data, 0.0, delay), np.where(data, 0.0, tail)
+        host, busy, tail = np.where(data, 0.0, host), np.where(data, 0.0, busy), np.where(data, 0.0, tail)
     elif name == "no_host_gaps":
-        delay, tail, ps = _no_host_gaps(graph, model, delay, tail)
+        host, tail, ps = _no_host_gaps(graph, model, host, tail)
     elif name == "no_straggler":
-        factor = straggler_factors(graph, model)
-        delay = np.where(delay > 0, delay * factor, delay)
-        tail = np.where(comm, tail, tail * factor)
+        host_factor, tail_factor, busy_factor = straggler_factors(graph, model)
+        host = np.where(host > 0, host * host_factor, host)
+        tail, busy = tail * tail_factor, busy * busy_factor
     for r, f in compute_scale.items():
-        scale = (rank == r) & np.isin(cat, ("compute", "memory"))
-        tail = np.where(scale, tail * f, tail)
-    start, end = replay.simulate(model, delay=delay, tail=tail, ps=ps)
+        mine = rank == r
+        tail = np.where(mine & np.isin(cat, ("compute", "memory")), tail * f, tail)
+        busy = np.where(mine, busy * f, busy)
+    start, end = replay.simulate(model, delay=host + busy, tail=tail, ps=ps)
     return replay.mean_step_us(replay.step_times(graph, model, start, end, window_steps))
 
 
-def _no_host_gaps(graph, model, delay, tail):
-    cat = graph["cat"].astype(str).to_numpy()
+def _no_host_gaps(graph, model, host, tail):
+    cat = _cats(graph)
     device_rank = np.isin(graph["rank"].to_numpy(), graph.loc[(model.ps >= 0) & np.isin(cat, ("compute", "memory")), "rank"])
     device_node = np.isin(cat, ("compute", "memory", "comm")) & device_rank | (cat == "comm")
     launched = device_node & (model.ps >= 0) & device_rank
-    host_gpu = device_rank & ~device_node & ~graph["in_data"].to_numpy(dtype=bool)
-    delay = np.where(launched, 0.0, delay)
-    delay = np.where(host_gpu & (delay > 0), 0.0, delay)
+    not_data = ~graph["in_data"].to_numpy(dtype=bool)
+    host_gpu = device_rank & ~device_node & not_data
+    host = np.where(launched | (host_gpu & (host > 0)), 0.0, host)
     tail = np.where(host_gpu & (cat == "launch"), 0.0, tail)
     ps = np.where(launched, -1, model.ps)
-    # CPU-only ranks: the training thread's own unrecorded time, where nothing else bound the node's start.
+    # CPU-only ranks: the training thread's unrecorded time, where nothing else bound the node's start.
     from tracekit.critical_path import bindings
 
     start_by, _, _ = bindings(graph, model)
-    cpu_host = ~device_rank & ~device_node & ~graph["in_data"].to_numpy(dtype=bool) & (start_by == 0)
-    delay = np.where(cpu_host & (delay > 0), 0.0, delay)
-    return delay, tail, ps
+    cpu_host = ~device_rank & ~device_node & not_data & (start_by == 0)
+    return np.where(cpu_host & (host > 0), 0.0, host), tail, ps
 
 
-def straggler_factors(graph: pd.DataFrame, model: replay.Model) -> np.ndarray:
-    """Per node: the factor its delay and own time are scaled by in ``no_straggler`` (1 for most)."""
-    factor = np.ones(len(graph))
+def straggler_factors(graph: pd.DataFrame, model: replay.Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node: the factors the host part of its delay, its own time and the busy part of its delay (enclosing
+    ops' own time) are scaled by in ``no_straggler`` (1 for most).
+
+    A node belongs to the segment that ends at its rank's next arrival at a matched collective. At each collective
+    with a strict last arrival, that rank's segment time is cut, class by class, to the median of the other ranks'
+    segments: *compute* (own times of compute and memory nodes, and the busy parts of delays) and *host* (the rest
+    of every positive delay, and the own times of the other nodes: launches, syncs, sleeps, data loading). Cutting each class apart keeps a straggler
+    that sleeps from losing compute it shares with the others."""
     member = np.flatnonzero(model.group >= 0)
     if len(member) == 0:
-        return factor
+        return np.ones(len(graph)), np.ones(len(graph)), np.ones(len(graph))
     rank = graph["rank"].to_numpy()
     arrivals = pd.DataFrame({"rank": rank[member], "g": model.group[member], "t": model.start[member]})
     arrivals = arrivals.sort_values(["g", "t"]).drop_duplicates(["rank", "g"]).sort_values(["rank", "t"],
                                                                                            ignore_index=True)
-    # Each node's segment: the first collective of its rank that it does not start after.
-    nodes = pd.DataFrame({"rank": rank, "t": model.start, "i": np.arange(len(graph)),
-                          "w": np.maximum(model.delay, 0) + np.where(graph["cat"] == "comm", 0, model.tail)})
-    nodes = nodes[~(graph["cat"].astype(str).isin(["comm"])).to_numpy()].sort_values("t")
-    seg = pd.merge_asof(nodes, arrivals.rename(columns={"t": "arrival"}).sort_values("arrival"),
+    cat = _cats(graph)
+    keep = np.flatnonzero(cat != "comm")
+    computing = np.isin(cat[keep], ("compute", "memory")).astype(int)
+    n = len(keep)
+    pieces = pd.DataFrame({  # each node three times: host part of its delay, busy part (compute), own time
+        "rank": np.tile(rank[keep], 3), "t": np.tile(model.start[keep], 3), "i": np.tile(keep, 3),
+        "part": np.repeat([0, 1, 2], n), "cls": np.concatenate([np.zeros(n, dtype=int), np.ones(n, dtype=int), computing]),
+        "w": np.concatenate([np.maximum(model.delay[keep] - model.busy[keep], 0), model.busy[keep],
+                             model.tail[keep]])}).sort_values("t")
+    seg = pd.merge_asof(pieces, arrivals.rename(columns={"t": "arrival"}).sort_values("arrival"),
                         left_on="t", right_on="arrival", by="rank", direction="forward").dropna(subset=["g"])
     seg["g"] = seg["g"].astype(np.int64)
-    work = seg.groupby(["g", "rank"])["w"].sum().rename("work").reset_index()
+    work = seg.groupby(["g", "rank", "cls"])["w"].sum().rename("work").reset_index()
     latest = arrivals.groupby("g")["t"].transform("max")
-    at_latest = arrivals[arrivals["t"] == latest]
-    alone = at_latest.groupby("g")["rank"].agg(["first", "size"])
+    alone = arrivals[arrivals["t"] == latest].groupby("g")["rank"].agg(["first", "size"])
     last = alone.loc[alone["size"] == 1, "first"]  # a tie has no last arrival
     work["last"] = work["g"].map(last)
-    others = work[work["rank"] != work["last"]].groupby("g")["work"].median().rename("typical")
-    own = work[work["rank"] == work["last"]].set_index("g").join(others, how="inner")
+    others = work[work["rank"] != work["last"]].groupby(["g", "cls"])["work"].median().rename("typical")
+    own = work[work["rank"] == work["last"]].set_index(["g", "cls"]).join(others, how="inner").reset_index()
     own["factor"] = np.clip(own["typical"] / own["work"], 0.0, 1.0).where(own["work"] > 0, 1.0)
-    seg = seg.merge(own[["rank", "factor"]].reset_index(), on=["g", "rank"], how="inner")
-    factor[seg["i"].to_numpy()] = seg["factor"].to_numpy()
-    return factor
+    seg = seg.merge(own[["g", "rank", "cls", "factor"]], on=["g", "rank", "cls"], how="inner")
+    out = (host_factor, busy_factor, tail_factor) = np.ones(len(graph)), np.ones(len(graph)), np.ones(len(graph))
+    for part, factor in enumerate(out):
+        rows = seg[seg["part"] == part]
+        factor[rows["i"].to_numpy()] = rows["factor"].to_numpy()
+    return host_factor, tail_factor, busy_factor
 
 
 def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.DataFrame) -> tuple:

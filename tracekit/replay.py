@@ -48,6 +48,7 @@ class Model:
     n_groups: int
     anchor: np.ndarray        # -inf unless pinned
     delay: np.ndarray
+    busy: np.ndarray          # the part of a positive delay that enclosing compute ops cover (CPU-only ranks)
     tail: np.ndarray
     start: np.ndarray         # measured
     end: np.ndarray
@@ -68,8 +69,11 @@ def measure(graph: pd.DataFrame) -> Model:
     anchor = np.where(first & (ps < 0) & (pe < 0), start, -_INF)
     ext = _start_inputs(start, end, first, ps, pe, anchor)
     cross = _end_inputs(start, end, group, n_groups, dr)
+    delay = start - ext
+    busy = np.clip(graph["busy_ns"].to_numpy(dtype=np.float64), 0, np.maximum(delay, 0)) if "busy_ns" in graph else (
+        np.zeros(len(graph)))
     return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, n_groups=n_groups,
-                 anchor=anchor, delay=start - ext, tail=end - np.maximum(start, cross), start=start, end=end)
+                 anchor=anchor, delay=delay, busy=busy, tail=end - np.maximum(start, cross), start=start, end=end)
 
 
 def _prev(values: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -106,13 +110,24 @@ def simulate(model: Model, delay: np.ndarray | None = None, tail: np.ndarray | N
     group = model.group if group is None else group
     n = len(delay)
     start, end = np.full(n, -_INF), np.full(n, -_INF)
-    anchor = np.where(model.first & (ps < 0) & (pe < 0), model.start, -_INF)  # nothing else starts it
+    # Sparse inputs: each kind of edge touches only the nodes that have one.
+    anchored = np.flatnonzero(model.first & (ps < 0) & (pe < 0))  # nothing else starts these: measured start
+    by_ps, by_pe, by_dr = np.flatnonzero(ps >= 0), np.flatnonzero(pe >= 0), np.flatnonzero(dr >= 0)
+    member = np.flatnonzero(group >= 0)
     own = delay + tail
     total = _segmented_cumsum(own, model.lane_bounds)
     for _ in range(MAX_ROUNDS):
-        ext = _start_inputs(start, end, model.first, ps, pe, anchor)
-        cross = _end_inputs(start, end, group, model.n_groups, dr)
-        # end[i] = max(end[i-1] + delay + tail, ext + delay + tail, cross + tail): a running maximum per lane.
+        ext = _prev(end, model.first)
+        ext[anchored] = np.maximum(ext[anchored], model.start[anchored])
+        ext[by_ps] = np.maximum(ext[by_ps], start[ps[by_ps]])
+        ext[by_pe] = np.maximum(ext[by_pe], end[pe[by_pe]])
+        cross = np.full(n, -_INF)
+        if len(member):
+            latest = np.full(model.n_groups, -_INF)
+            np.maximum.at(latest, group[member], start[member])
+            cross[member] = latest[group[member]]
+        cross[by_dr] = np.maximum(cross[by_dr], end[dr[by_dr]])
+        # end[i] = max(end[i-1] + delay + tail, inputs + delay + tail, cross + tail): a running maximum per lane.
         reach = np.maximum(ext + own, cross + tail) - total
         new_end = total + _segmented_cummax(reach, model.lane_bounds)
         new_start = np.maximum(_prev(new_end, model.first), ext) + delay

@@ -1,0 +1,87 @@
+"""Replay on real traces: the baseline reproduces every multi-rank run, and predictions match re-measured runs.
+
+Prediction against a re-measured run. On CPU ranks sharing one machine, ranks that compute at the same time compute
+more slowly (each takes a share of the cores), and no trace of the run with a straggler can show it: while the
+straggler sleeps, the other rank computes alone. So each check reports two errors: the raw one, and one after scaling
+each rank's compute by the slowdown tracekit measures between the two runs (compute time per step, run without the
+straggler / run with it), passed to the replay as ``compute_scale``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tracekit
+
+ROOT = Path(__file__).resolve().parents[1]
+HTA = ROOT.parent / "shared" / "traces" / "hta"
+MULTI_RANK = sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir()) + sorted(
+    p for p in HTA.iterdir() if p.is_dir() and len(list(p.glob("*.json*"))) >= 2) if HTA.is_dir() else []
+
+
+@pytest.mark.parametrize("run", MULTI_RANK, ids=lambda p: p.name)
+def test_baseline_reproduces_the_measured_step_time(run):
+    s = tracekit.summarize(run, cache=False, workers=1)
+    measured = float(s.ranks["step_time_us"].mean())
+    replayed = float(tracekit.whatif(s, ["baseline"]).loc[0, "step_time_us"])
+    error = abs(replayed - measured) / measured
+    print(f"{run.name}: measured {measured:.1f} us, replayed {replayed:.1f} us, error {100 * error:.4f}%")
+    assert error < 0.05
+
+
+def _prediction_errors(with_straggler, without) -> tuple[float, float, float]:
+    """(no_straggler predicted from ``with_straggler``: raw error, error with compute scaled, measured step) against
+    ``without``'s measured mean step time."""
+    a = tracekit.summarize(with_straggler, cache=False, workers=1)
+    b = tracekit.summarize(without, cache=False, workers=1)
+    measured = float(b.ranks["step_time_us"].mean())
+    per_step_a, per_step_b = (s.ranks.set_index("rank")["compute_us"] / s.ranks.set_index("rank")["steps"]
+                              for s in (a, b))
+    slowdown = (per_step_b / per_step_a).to_dict()
+    raw = float(tracekit.whatif(a, ["no_straggler"]).loc[0, "step_time_us"])
+    scaled = float(tracekit.whatif(a, ["no_straggler"], compute_scale=slowdown).loc[0, "step_time_us"])
+    print(f"measured without straggler {measured:.0f} us; predicted raw {raw:.0f} us "
+          f"({100 * (raw - measured) / measured:+.1f}%), compute x {slowdown} -> {scaled:.0f} us "
+          f"({100 * (scaled - measured) / measured:+.1f}%); with straggler {a.ranks['step_time_us'].mean():.0f} us")
+    return (raw - measured) / measured, (scaled - measured) / measured, measured
+
+
+def test_sample_straggler_pair():
+    """sample_traces: the same GPT run with and without rank 1 sleeping 50 ms before every forward pass."""
+    raw, scaled, _ = _prediction_errors(ROOT / "sample_traces/gpt-gloo-2rank-straggler",
+                                        ROOT / "sample_traces/gpt-gloo-2rank")
+    assert abs(raw) < 0.20 and abs(scaled) < 0.10
+
+
+def test_waits_found_on_a_real_gloo_trace():
+    """The training thread's wait for the all-reduce is not recorded: the node after the gap must wait for it."""
+    s = tracekit.summarize(ROOT / "sample_traces/gpt-gloo-2rank-straggler", cache=False, workers=1)
+    g = s.graph
+    comm = g.index[(g["cat"] == "comm").to_numpy() & (g["group"] >= 0).to_numpy()]
+    waited_on = set(g.loc[g["pe"] >= 0, "pe"])
+    assert len(comm) >= 4 and set(comm) <= waited_on
+    # Rank 0 waited for rank 1 at every step; the path of each step runs through rank 1's sleep.
+    events = s.critical_path_events
+    assert set(events.loc[events["name"] == "straggler_sleep", "step"]) == set(s.critical_path["step"])
+
+
+def _run_gpt(out: Path, *extra: str) -> Path:
+    tiny = ["--n-layer", "2", "--n-embd", "64", "--vocab-size", "4096", "--seq-len", "32", "--batch-size", "8",
+            "--steps", "8", "--wait", "1", "--warmup", "1", "--active", "5"]
+    subprocess.run([sys.executable, "-m", "workloads.gpt", "--profile", "--cpu", "--nproc", "2", *tiny, *extra,
+                    "--out", str(out)], check=True, cwd=ROOT, timeout=600, capture_output=True)
+    return out
+
+
+@pytest.mark.slow
+def test_no_straggler_predicts_a_rerun_without_it(tmp_path):
+    pytest.importorskip("torch")
+    with_straggler = _run_gpt(tmp_path / "straggler", "--straggler-rank", "1", "--straggler-ms", "100")
+    without = _run_gpt(tmp_path / "plain")
+    raw, scaled, _ = _prediction_errors(with_straggler, without)
+    assert abs(raw) < 0.20
+    assert abs(scaled) < 0.10
