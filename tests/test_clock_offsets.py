@@ -164,7 +164,7 @@ def gloo_4rank(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("gloo4")
     tiny = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--vocab-size", "2048", "--seq-len", "16",
-            "--batch-size", "4", "--steps", "10", "--wait", "1", "--warmup", "1", "--active", "8", "--bucket-cap-mb", "0.01"]
+            "--batch-size", "4", "--steps", "14", "--wait", "1", "--warmup", "1", "--active", "12", "--bucket-cap-mb", "0.01"]
     subprocess.run([sys.executable, "-m", "workloads.gpt", "--profile", "--nproc", "4", *tiny, "--out", str(out / "run")],
                    check=True, cwd=ROOT, timeout=400, capture_output=True)
     return out
@@ -173,7 +173,8 @@ def gloo_4rank(tmp_path_factory):
 @pytest.mark.slow
 def test_shifted_host_offset_within_1ms_on_a_real_gloo_run(gloo_4rank):
     # The ends of one gloo call are spread by milliseconds on a busy CPU: on one such run the ends' median alone
-    # was 1.38 ms off; the causal bounds bring the estimate back.
+    # was 1.38 ms off; the causal bounds bring the estimate back. Each bound is as tight as the best call where the
+    # other host arrived last, so the more calls (48 here, 4 buckets x 12 steps), the tighter.
     truth = tracekit.summarize(gloo_4rank / "run", cache=False)  # one host, one clock: the true waits
     for shift_ms in (SHIFT_MS, 0):
         run = gloo_4rank / f"shift{shift_ms}"
@@ -183,7 +184,7 @@ def test_shifted_host_offset_within_1ms_on_a_real_gloo_run(gloo_4rank):
         assert list(o["host"]) == [o.loc[0, "host"], o.loc[0, "host"], "second-host", "second-host"]
         for rank in (2, 3):
             row = o.loc[rank]
-            assert row["samples"] >= 8 and row["bounds"] == "ok", row.to_dict()
+            assert row["samples"] >= 40 and row["bounds"] == "ok", row.to_dict()
             assert abs(row["offset_us"] - shift_ms * 1e3) < 1000, row.to_dict()
             assert row["lower_us"] <= shift_ms * 1e3 <= row["upper_us"], row.to_dict()  # causality holds on real calls
         if shift_ms:
