@@ -192,3 +192,26 @@ def test_real_gloo_ddp_sample_says_ddp():
 
     s = tracekit.summarize(Path(__file__).resolve().parents[1] / "sample_traces" / "resnet-gloo-2rank", cache=False)
     assert s.ranks["ddp"].tolist() == [True, True] and s.ranks["gpu_runtime"].isna().all()
+
+
+@pytest.mark.parametrize("call, advice, not_advice", [
+    ("hipFree", "PYTORCH_HIP_ALLOC_CONF", ".item()"),
+    ("cudaMemcpy", "pin_memory=True", "empty_cache"),
+    ("cudaStreamSynchronize", "torch.cuda.synchronize()", "empty_cache"),
+])
+def test_sync_finding_names_the_call_and_advises_on_it(tmp_path, call, advice, not_advice):
+    # Each 1000 us step: a kernel [10, 110), then the host blocks in `call` for 500 us (a short cudaDeviceSynchronize
+    # too), and launches the next kernel when it returns: idle [110, 650) is sync, with `call` the longest.
+    events = [step(i + 1, i * 1000, 1000) for i in range(3)]
+    for i, base in enumerate((0, 1000, 2000)):
+        events += [cpu("cudaLaunchKernel", base, 5, cat="cuda_runtime", correlation=10 * i + 1),
+                   kernel("gemm_f16", base + 10, 100, correlation=10 * i + 1),
+                   cpu(call, base + 120, 500, cat="cuda_runtime"),
+                   cpu("cudaDeviceSynchronize", base + 100, 10, cat="cuda_runtime"),
+                   cpu("cudaLaunchKernel", base + 640, 5, cat="cuda_runtime", correlation=10 * i + 2),
+                   kernel("gemm_f16", base + 650, 100, correlation=10 * i + 2)]
+    s = run(tmp_path, {0: events})
+    assert s.ranks["sync_top_call"].tolist() == [call] and s.ranks["sync_calls"].tolist() == [4]  # 2 steps x 2
+    f = only(s, "sync_in_step")
+    assert f.evidence["top_call"] == call and f"most of their time in {call}" in f.message
+    assert advice in f.recommendation and not_advice not in f.recommendation

@@ -87,12 +87,21 @@ def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.Data
                             compute.loc[reduced.astype(bool), "end_ns"].to_numpy())
     return {
         "sync_calls": int(len(sync)),
+        "sync_top_call": _top_call(sync),
         "data_parallel": bool(events["name"].isin([DATA_PARALLEL_OP]).any()),
         "ddp": _seen(events, DDP_OP),
         "gpu_runtime": _runtime(events),
         "reduced_precision_us": iv.total(*reduced_sets) / 1e3,
         "compute_kernel_us": iv.total(*compute_sets) / 1e3,
     }
+
+
+def _top_call(calls: pd.DataFrame) -> str | None:
+    """The name of the calls that take the most host time (None without any): what the sync finding advises on."""
+    if calls.empty:
+        return None
+    per_name = calls["dur_ns"].clip(lower=0).groupby(calls["name"].astype(str)).sum()
+    return str(per_name.idxmax())
 
 
 def _seen(events: pd.DataFrame, pattern: re.Pattern) -> bool:

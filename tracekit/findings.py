@@ -235,13 +235,32 @@ def _syncs(ranks, collectives, stragglers, run):
     if hit.empty:
         return []
     per_step = float((hit["sync_calls"] / hit["steps"].clip(lower=1)).max())
+    top = hit["sync_top_call"].dropna().astype(str).mode() if "sync_top_call" in hit else pd.Series(dtype=str)
+    call = str(top.iloc[0]) if len(top) else None
+    advice = next((text for pattern, text in _SYNC_ADVICE if call and pattern.search(call)), _SYNC_ADVICE[-1][1])
     return [Finding(
         "sync_in_step", "medium", tuple(int(r) for r in hit["rank"]),
-        f"Host-device synchronizations inside the step ({per_step:.1f} per step) leave the device idle for up to "
+        f"Host-device synchronizations inside the step ({per_step:.1f} per step"
+        + (f", most of their time in {call}" if call else "") + ") leave the device idle for up to "
         f"{float(share[hit.index].max()):.0%} of its time.",
-        "Remove synchronizations from the step: .item(), .cpu(), printing tensors, torch.cuda.synchronize(), blocking "
-        "copies. Keep values on the device and read them every N steps; copy with non_blocking=True.",
-        {"share": float(share[hit.index].max()), "sync_calls_per_step": per_step})]
+        advice.format(call=call),
+        {"share": float(share[hit.index].max()), "sync_calls_per_step": per_step, "top_call": call})]
+
+
+# Advice by the synchronizing call that takes the most time; the last entry is the general case.
+_SYNC_ADVICE = (
+    (re.compile(r"(?i)free|malloc|hostalloc|hostregister"),
+     "{call} waits for the device to drain: the caching allocator is giving memory back to the driver or taking "
+     "more. Keep it cached: no torch.cuda.empty_cache() in the loop, steady tensor shapes, expandable segments "
+     "against fragmentation (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or PYTORCH_HIP_ALLOC_CONF on ROCm), "
+     "and pinned host buffers allocated once."),
+    (re.compile(r"(?i)memcpy|memset"),
+     "{call} is a blocking copy: copy from pinned memory (DataLoader pin_memory=True) with non_blocking=True, and "
+     "read device values (.item(), .cpu()) every N steps rather than every step."),
+    (re.compile(r""),
+     "Remove synchronizations from the step: .item(), .cpu(), printing tensors, torch.cuda.synchronize(), blocking "
+     "copies. Keep values on the device and read them every N steps; copy with non_blocking=True."),
+)
 
 
 def _data_parallel(ranks, collectives, stragglers, run):

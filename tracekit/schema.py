@@ -92,6 +92,7 @@ RANK_COLUMNS = {
     "idle_host_us": "idle time while the host was late to launch",
     "idle_other_us": "idle time with none of those causes",
     "sync_calls": "synchronizing runtime calls inside the window's steps",
+    "sync_top_call": "the synchronizing call taking the most host time among them (None without any)",
     "data_parallel": "DataParallel.forward seen in the trace",
     "reduced_precision_us": "union of compute kernels whose names say fp16/bf16/fp8",
     "compute_kernel_us": "union of compute events (the denominator for reduced_precision_us)",
