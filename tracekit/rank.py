@@ -26,7 +26,7 @@ from tracekit.reader import RankMeta, read_rank
 # The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
 # out of the table (about half its events); a CPU-only trace keeps all, since its ops are the device work.
 _HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, COLLECTIVE_OP, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER,
-                  FSDP_ANNOTATION)
+                  FSDP_ANNOTATION, causes.DDP_OP)
 
 
 def reads_host_op(name: str) -> bool:
