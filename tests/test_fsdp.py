@@ -229,3 +229,86 @@ def test_a_ddp_run_has_an_empty_fsdp_table():
     assert s.fsdp_totals().empty
     assert not [f for f in s.findings if f.kind.startswith("fsdp_")]
     assert "fsdp" in s.to_dict()
+
+
+# ------------------------------------------------------------------------------------------------ the FSDP page
+
+REPO = Path(__file__).resolve().parents[1]
+FSDP_RUN, DDP_RUN = "sample_traces/fsdp-gloo-2rank", "sample_traces/gpt-gloo-2rank"
+
+
+def open_page(monkeypatch, run: str, rank: int = 0):
+    streamlit_testing = pytest.importorskip("streamlit.testing.v1")
+    monkeypatch.setattr("sys.argv", ["main.py", "--root", str(REPO / "sample_traces")])
+    at = streamlit_testing.AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120)
+    at.query_params.update({"run": run, "page": "fsdp", "rank": str(rank)})
+    return at.run()
+
+
+def test_the_fsdp_page_shows_each_unit_and_the_findings(monkeypatch):
+    import json
+
+    from app import fmt
+
+    at = open_page(monkeypatch, FSDP_RUN, rank=1)
+    assert not at.exception, at.exception[0].value if at.exception else ""
+    assert at.title[0].value == "FSDP" and at.session_state["tracekit.has_fsdp"]
+    s = tracekit.summarize(REPO / FSDP_RUN, cache=False)
+    f = s.fsdp[s.fsdp["in_window"] & (s.fsdp["rank"] == 1)]
+    # per unit and phase, the mean over the window's steps, worked out here from summary.fsdp
+    shown = at.dataframe[0].value
+    assert list(zip(shown["phase"], shown["unit"])) == [("forward", "(root)"), ("forward", "blocks.0"),
+                                                        ("forward", "blocks.1"), ("backward", "(root)"),
+                                                        ("backward", "blocks.1"), ("backward", "blocks.0")]
+    for (phase, unit), want in f.groupby([f["phase"].astype(str), "unit"]):
+        row = shown[(shown["phase"] == phase) & (shown["unit"] == unit)].iloc[0]
+        assert row["allgather_exposed_ms"] == pytest.approx(want["allgather_exposed_us"].mean() / 1e3)
+        assert row["compute_ms"] == pytest.approx(want["compute_us"].mean() / 1e3)
+        verdicts = set(want["prefetch"].astype(str))
+        assert row["prefetch"] == ("mixed" if verdicts >= {"prefetched", "on_demand"} else
+                                   "prefetched" if "prefetched" in verdicts else
+                                   "on demand" if "on_demand" in verdicts else "no gather")
+    # the forward chart: one group of bars per unit, in ms
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    forward = {t["name"]: t for t in charts[0]["data"]}
+    assert set(forward) == {"compute", "all-gather", "exposed all-gather"}
+    fwd = f[f["phase"] == "forward"].groupby("unit", sort=False)["allgather_us"].mean() / 1e3
+    assert list(forward["all-gather"]["x"]) == list(fwd.index)
+    y = forward["all-gather"]["y"]
+    if isinstance(y, dict):  # plotly's typed array
+        import base64
+
+        import numpy as np
+
+        y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
+    assert y == pytest.approx(fwd.tolist())
+    pd.testing.assert_frame_equal(at.dataframe[1].value.reset_index(drop=True),
+                                  fmt.display_units(s.fsdp_totals()).reset_index(drop=True), check_dtype=False)
+    boxes = [e.value for e in [*at.error, *at.warning, *at.info]]
+    for finding in (x for x in s.findings if x.kind.startswith("fsdp_")):
+        assert any(finding.message in b for b in boxes)
+
+
+def test_a_ddp_run_does_not_list_the_fsdp_page(monkeypatch):
+    at = open_page(monkeypatch, DDP_RUN)
+    assert not at.exception
+    assert at.session_state["tracekit.has_fsdp"] is False
+    assert any("no FSDP units" in i.value for i in at.info)
+
+
+def test_the_workload_documents_its_flags_and_refuses_bad_ones():
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    help_ = subprocess.run([sys.executable, "-m", "workloads.fsdp", "--help"], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+    assert help_.returncode == 0
+    for flag in ("--reshard-after-forward", "--prefetch", "--mp", "torchrun --standalone"):
+        assert flag in help_.stdout
+    for flags, message in ((["--prefetch", "-1"], "--prefetch must be >= 0"),
+                           (["--mode", "dp"], "FSDP needs a process group"),
+                           (["--reshard-after-forward", "maybe"], "invalid choice")):
+        bad = subprocess.run([sys.executable, "-m", "workloads.fsdp", *flags], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
