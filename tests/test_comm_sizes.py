@@ -242,3 +242,17 @@ def test_gpu_ranks_read_the_ops_that_launch_collectives(name, read):
 ])
 def test_input_dims_forms(shapes, types, expected):
     assert _first_tensor_nelems(shapes, types) == expected
+
+
+def test_uneven_all_to_all_still_matches_across_ranks(tmp_path):
+    # One all_to_all with split sizes: rank 0 sends 6144 floats, rank 1 4096. Sizes differ by design, so they
+    # neither split the match nor count as a mismatch. Rank 0 starts at 1000, rank 1 at 1030; both end at 1100.
+    for rank, (nelems, start) in enumerate([(6144, 1000), (4096, 1030)]):
+        events = [cpu("nccl:all_to_all", 110, 180, cat="user_annotation", **dims(([nelems], "float"))),
+                  launch(120, 1), kernel(NCCL_V100, start, 1100 - start, stream=20, correlation=1)]
+        write_trace(tmp_path / f"rank{rank}.json", events, rank=rank, world_size=2, gz=False)
+    s = tracekit.summarize(tmp_path, cache=False)
+    c = s.collectives.set_index("rank")
+    assert c["bytes"].tolist() == [6144 * 4, 4096 * 4]
+    assert c["wait_us"].tolist() == [30, 0] and c["transfer_us"].tolist() == [70, 70]
+    assert s.mismatches.empty

@@ -25,19 +25,29 @@ def match_keys(coll: pd.DataFrame) -> np.ndarray:
 
     With ``Seq``: (pg, Seq). Without: (pg, op, step, size, order of start among calls of that size). The size is
     part of the key because gloo runs two collectives at once on its threads, so start order alone can pair a
-    small broadcast on one rank with a large one on another."""
+    small broadcast on one rank with a large one on another. An all_to_all's size is its dtype instead
+    (``agreed_size``): its ranks send different amounts in one call."""
     pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
     has_seq = coll["seq"].notna().to_numpy()
-    size = coll["bytes"].fillna(-1).to_numpy()
+    size = agreed_size(coll)
     order = coll.groupby([coll["rank"], pg, coll["op"].astype(str), coll["step"], size], sort=False).cumcount()
     keys = pd.DataFrame({
         "pg": pg.to_numpy(),
         "by": np.where(has_seq, "seq", coll["op"].astype(str).to_numpy()),
         "a": np.where(has_seq, coll["seq"].fillna(-1).to_numpy(), coll["step"].to_numpy()).astype(np.int64),
-        "size": np.where(has_seq, 0, size),
+        "size": np.where(has_seq, "", size),
         "b": np.where(has_seq, 0, order.to_numpy()).astype(np.int64),
     })
     return keys.groupby(["pg", "by", "a", "size", "b"], sort=False).ngroup().to_numpy()
+
+
+def agreed_size(coll: pd.DataFrame) -> np.ndarray:
+    """What every rank's row of one collective agrees on, as text: its bytes ("?" when unknown), but an all_to_all's
+    dtype, since ranks send different amounts in one all_to_all (split sizes)."""
+    nbytes = coll["bytes"].to_numpy(dtype=float)
+    size = np.where(np.isnan(nbytes), "?", np.nan_to_num(nbytes, nan=-1).astype(np.int64).astype(str))
+    dtype = "all_to_all " + coll["dtype"].astype(object).where(coll["dtype"].notna(), "?").astype(str)
+    return np.where(coll["op"].astype(str).to_numpy() == "all_to_all", dtype.to_numpy(), size).astype(str)
 
 
 def timing(coll: pd.DataFrame, group: np.ndarray, start_ns: np.ndarray, unreliable=()) -> pd.DataFrame:
@@ -77,12 +87,12 @@ def mismatches(coll: pd.DataFrame, group: np.ndarray, expected_ranks, bad_timing
     if coll.empty:
         return pd.DataFrame(columns=columns)
     pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
-    frame = coll.assign(g=group, pg_key=pg)
+    frame = coll.assign(g=group, pg_key=pg, agreed=agreed_size(coll))
     by_group = frame.groupby("g", sort=False)
     present = by_group["rank"].nunique()
     wanted = by_group["pg_key"].first().map(lambda key: len(expected_ranks(key)))
     odd = set(present.index[present < wanted]) | set(bad_timing)
-    odd |= set(by_group["bytes"].nunique().pipe(lambda n: n.index[n > 1]))
+    odd |= set(by_group["agreed"].nunique().pipe(lambda n: n.index[n > 1]))
     odd |= set(by_group["op"].nunique().pipe(lambda n: n.index[n > 1]))
     rows = []
     for g in sorted(odd):
@@ -93,7 +103,7 @@ def mismatches(coll: pd.DataFrame, group: np.ndarray, expected_ranks, bad_timing
         if missing:
             rows.append({"kind": "missing", "pg": key, "op": op, "position": where, "ranks": missing,
                          "detail": f"{_size(calls)} present on ranks {sorted(set(ranks))} only", "match_id": g})
-        if calls["bytes"].nunique() > 1:
+        if calls["agreed"].nunique() > 1:
             rows.append({"kind": "size", "pg": key, "op": op, "position": where, "ranks": ranks,
                          "detail": ", ".join(f"rank {r}: {b:.0f} B" for r, b in zip(calls["rank"], calls["bytes"])),
                          "match_id": g})
@@ -124,7 +134,7 @@ def _size_mismatches(frame: pd.DataFrame) -> list[dict]:
     rows = []
     for (pg, op, step), calls in frame.groupby(["pg_key", "op", "step"], sort=True, observed=True):
         sizes = {r: tuple(c.sort_values("start_ns")["bytes"].fillna(-1)) for r, c in calls.groupby("rank")}
-        if len({tuple(sorted(v)) for v in sizes.values()}) <= 1:
+        if calls.groupby("rank")["agreed"].agg(lambda v: tuple(sorted(v))).nunique() <= 1:
             continue
         detail = "; ".join(f"rank {r}: " + ", ".join("?" if b < 0 else f"{b:.0f}" for b in v) + " B"
                            for r, v in sorted(sizes.items()))
