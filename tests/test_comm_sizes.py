@@ -180,6 +180,8 @@ def test_inference_engine_custom_all_reduce(tmp_path):
     "void vllm::cross_device_reduce_2stage<half, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, half*, int, int)",
     "one_shot_all_reduce_kernel", "two_shot_all_reduce_kernel", "multimem_all_reduce_kernel",
     "void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)",
+    "void (anonymous namespace)::all_reduce_one_shot_push_kernel<__nv_bfloat16, 4u, true>(AllReducePushData)",  # SGLang
+    "void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<1, __nv_bfloat16, 8>(Params)",
 ])
 def test_custom_all_reduce_kernel_names_are_comm_without_their_host_op(tmp_path, kernel_name):
     s = summarize(tmp_path, [kernel(GEMM, 0, 400), kernel(kernel_name, KERNEL_START, KERNEL_DUR, stream=20)])
@@ -256,3 +258,13 @@ def test_uneven_all_to_all_still_matches_across_ranks(tmp_path):
     assert c["bytes"].tolist() == [6144 * 4, 4096 * 4]
     assert c["wait_us"].tolist() == [30, 0] and c["transfer_us"].tolist() == [70, 70]
     assert s.mismatches.empty
+
+
+@pytest.mark.parametrize("kernel_name", [
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>(x)",
+    "void cunn_SoftMaxForward<4, float, float, float, Epilogue>(float*, const float*, int)",
+    "void layernorm_kernel_blockAllReduceSum<float>(float*, int)",  # a device function's name inside: not a collective
+])
+def test_reductions_that_are_compute_stay_compute(tmp_path, kernel_name):
+    s = summarize(tmp_path, [kernel(kernel_name, 0, 100)])
+    assert s.collectives.empty and (one(s.ranks)["comm_us"], one(s.ranks)["compute_us"]) == (0, 100)

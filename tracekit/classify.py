@@ -25,7 +25,7 @@ from tracekit.reader import DEVICE_API, DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.schema import KINDS
 
 COMM_KERNEL = re.compile(r"nccl|rccl|hccl|cross_device_reduce|quick_?reduce|(?:one|two)_?shot_?all_?reduce"
-                         r"|multimem_\w*all_?(?:reduce|gather)", re.IGNORECASE)
+                         r"|multimem_\w*all_?(?:reduce|gather)|(?<![a-z])all_?reduce", re.IGNORECASE)
 # Kernels a collective host op launches to copy its input (functional collectives clone it): not communication.
 _COPY_KERNEL = re.compile(r"copy|memcpy|memset|fill", re.IGNORECASE)
 MEMORY_KERNEL = re.compile(r"^(?:hip)?memcpy|^(?:hip)?memset|^dma", re.IGNORECASE)
