@@ -3,8 +3,8 @@
 GPU traces: kernels, memcpys and memsets. A kernel is communication when its own args name a collective,
 when its name is an NCCL/RCCL/HCCL kernel (every NCCL era: ``ncclKernel_*``, ``ncclDevKernel_*``,
 ``ncclDevKernel_Generic``, ncclx ``ncclKernel*Ctran*``) or a known all-reduce kernel that is not NCCL's
-(symmetric memory's ``multimem_all_reduce_kernel``, ``one_shot``/``two_shot_all_reduce``, inference engines'
-``cross_device_reduce_*``), or when the runtime call that launched it ran inside an ``nccl:*``/``rccl:*``
+(symmetric memory's ``multimem_all_reduce_kernel``, inference engines' ``cross_device_reduce_*``, any name
+with a word that starts ``all_reduce``/``allreduce``), or when the runtime call that launched it ran inside an ``nccl:*``/``rccl:*``
 annotation or a host op that is a collective (``tracekit.commnames.COLLECTIVE_OP``: ``symm_mem::*``,
 ``_c10d_functional::*``, ``c10d::*``, ...; the copies such an op makes of its input excepted). Memcpy/memset
 events, and kernels named like them, are memory.
