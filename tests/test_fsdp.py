@@ -12,6 +12,7 @@ import pytest
 import tracekit
 from tests.tracedata import cpu, kernel, launch, write_trace
 from tracekit import fsdp as tk_fsdp
+from tracekit.nesting import innermost
 from tracekit import fsdp_findings
 from tracekit.schema import FSDP_COLUMNS
 
@@ -161,7 +162,7 @@ def test_innermost_span_of_nested_annotations():
     # thread a: [0,100) holds [10,50) which holds [20,30); [60,70) inside [0,100) again. thread b: [0,5).
     tid = ["a", "a", "a", "a", "b"]
     start, end = [0, 10, 20, 60, 0], [100, 50, 30, 70, 5]
-    points = tk_fsdp.innermost(["a", "a", "a", "a", "a", "b", "b"], [5, 25, 40, 55, 65, 3, 7], tid, start, end)
+    points = innermost(["a", "a", "a", "a", "a", "b", "b"], [5, 25, 40, 55, 65, 3, 7], tid, start, end)
     assert points.tolist() == [0, 2, 1, 0, 3, 4, -1]
 
 
@@ -312,3 +313,15 @@ def test_the_workload_documents_its_flags_and_refuses_bad_ones():
         bad = subprocess.run([sys.executable, "-m", "workloads.fsdp", *flags], cwd=REPO, capture_output=True,
                              text=True, timeout=120)
         assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_fsdp1_brackets_pair_nested_and_chained_units():
+    """Forward: A holds B, then C after A. Forward ends come B, A, C, so backward pre-hooks are C, A, B."""
+    p = "_pre_forward"
+    hooks = [(p, 0), (p, 10), ("_post_forward", 20), ("_post_forward", 30), (p, 40), ("_post_forward", 50),
+             ("_pre_backward_hook", 100), ("_pre_backward_hook", 110), ("_pre_backward_hook", 120)]
+    ann = pd.DataFrame({"row": range(len(hooks)), "api": "fsdp1", "hook": [h for h, _ in hooks], "unit": None,
+                        "tid": "1", "step": 1, "start_ns": [t for _, t in hooks], "end_ns": [t + 5 for _, t in hooks]})
+    req = tk_fsdp.requests(ann)
+    assert list(zip(req["phase"], req["unit"])) == [("forward", "#0"), ("forward", "#1"), ("forward", "#2"),
+                                                   ("backward", "#2"), ("backward", "#0"), ("backward", "#1")]

@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
-from tracekit.classify import assign_steps, step_table
 from tracekit.collectives import dtype_bytes, normalize_op
+from tracekit.nesting import count_starts_within, innermost
 
 FSDP2 = re.compile(r"^FSDP::(pre_forward|pre_backward|post_forward|all_gather|post_backward_reduce|"
                    r"post_backward_accumulate|post_backward_reshard)(?: \((.*?)\))?(?: \[pg=\d+\])?$")
@@ -44,6 +44,8 @@ _REQUEST = {"pre_forward": "forward", "pre_backward": "backward", "_pre_forward"
 _POST = {"post_forward": "forward", "post_backward_reduce": "backward", "post_backward_accumulate": "backward",
          "post_backward_reshard": "backward", "_post_forward": "forward", "_post_backward_hook": "backward"}
 _C10D = re.compile(r"^c10d::")
+# Collective op -> the FSDP side it serves: gathers of parameters, reductions of gradients (gloo: an all-reduce).
+_FAMILY = pd.Series({"all_gather": "gather", "all_reduce": "reduce", "reduce_scatter": "reduce"})
 
 
 def annotations(events: pd.DataFrame) -> pd.DataFrame:
@@ -51,58 +53,35 @@ def annotations(events: pd.DataFrame) -> pd.DataFrame:
     names = pd.Series(events["name"].cat.categories.astype(str))
     two, one = names.str.extract(FSDP2.pattern), names.str.extract(FSDP1.pattern)
     hook = two[0].fillna(one[0])
-    rows = events[events["name"].cat.codes.map(dict(enumerate(hook.notna()))).fillna(False).to_numpy(dtype=bool)
-                  & (events["dur_ns"] > 0).to_numpy()]
+    codes = events["name"].cat.codes.to_numpy()
+    is_fsdp = np.append(hook.notna().to_numpy(), False)[codes]  # code -1 (no name) picks the appended False
+    rows = events[is_fsdp & (events["dur_ns"] > 0).to_numpy()]
     codes = rows["name"].cat.codes.to_numpy()
     unit = two[1].fillna("").replace("", ROOT).where(two[0].notna()).to_numpy(dtype=object)[codes]
-    return pd.DataFrame({"row": rows.index.to_numpy(), "api": np.where(two[0].notna().to_numpy()[codes], "fsdp2", "fsdp1"),
-                         "hook": hook.to_numpy(dtype=object)[codes], "unit": unit,
-                         "tid": rows["tid"].astype(str).to_numpy(), "step": rows["step"].to_numpy(), "start_ns": rows["ts_ns"].to_numpy(),
-                         "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy()}).sort_values("start_ns", ignore_index=True)
-
-
-def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray:
-    """For each point, the index of the innermost of the (properly nested, per thread) spans holding it, or -1."""
-    point_ns, span_start, span_end = (np.asarray(a, dtype=np.int64) for a in (point_ns, span_start, span_end))
-    if len(span_start) == 0 or len(point_ns) == 0:
-        return np.full(len(point_ns), -1, dtype=np.int64)
-    threads, codes = np.unique(np.concatenate([np.asarray(span_tid, dtype=str), np.asarray(point_tid, dtype=str)]),
-                               return_inverse=True)
-    lo = min(span_start.min(), point_ns.min())
-    width = int(max(span_end.max(), point_ns.max()) - lo + 1)
-    s = codes[:len(span_start)] * width + (span_start - lo)
-    e = codes[:len(span_start)] * width + (span_end - lo)
-    p = codes[len(span_start):] * width + (point_ns - lo)
-    order = np.lexsort((-e, s))
-    s_sorted, e_sorted = s[order], np.sort(e)
-    level = np.arange(1, len(s) + 1) - np.searchsorted(e_sorted, s_sorted, side="right")
-    depth = np.searchsorted(s_sorted, p, side="right") - np.searchsorted(e_sorted, p, side="right")
-    # Spans at one level are disjoint, so the last one of the point's level starting at or before it holds it.
-    big = len(threads) * width
-    key = level.astype(np.int64) * big + s_sorted
-    by_key = np.argsort(key, kind="stable")
-    at = np.searchsorted(key[by_key], depth * big + p, side="right") - 1
-    found = (depth > 0) & (at >= 0)
-    hit = order[by_key[np.maximum(at, 0)]]
-    found &= level[by_key[np.maximum(at, 0)]] == depth
-    return np.where(found, hit, -1)
+    return pd.DataFrame({
+        "row": rows.index.to_numpy(), "api": np.where(two[0].notna().to_numpy()[codes], "fsdp2", "fsdp1"),
+        "hook": hook.to_numpy(dtype=object)[codes], "unit": unit, "tid": rows["tid"].astype(str).to_numpy(),
+        "step": rows["step"].to_numpy(), "start_ns": rows["ts_ns"].to_numpy(),
+        "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy(),
+    }).sort_values("start_ns", ignore_index=True)
 
 
 def requests(ann: pd.DataFrame) -> pd.DataFrame:
     """One row per pre-hook: api, unit, phase, start_ns, hook_end_ns (the pre-hook's end), end_ns (the compute
-    window's end: the unit's next post-hook of the phase, NaN-free -1 when none follows)."""
+    window's end: the start of the unit's next post-hook of the phase; -1 when none follows)."""
     pre = ann[ann["hook"].isin(list(_REQUEST))].assign(phase=lambda a: a["hook"].map(_REQUEST))
     post = ann[ann["hook"].isin(list(_POST))].assign(phase=lambda a: a["hook"].map(_POST))
     pre = _name_fsdp1_units(pre, post)
     # FSDP2: the unit's own post-hook; FSDP1 post-hooks name no unit: the phase's next one (right for a chain of units)
-    key = lambda f: f["api"] + "|" + f["unit"].astype(str).where(f["api"] == "fsdp2", "") + "|" + f["phase"]  # noqa: E731
-    left = pre.assign(k=key(pre)).sort_values("start_ns")
-    right = post.assign(k=key(post) if len(post) else [], post_ns=post["start_ns"]).sort_values("start_ns")
+    left = pre.assign(k=_post_key(pre)).sort_values("start_ns")
+    right = post.assign(k=_post_key(post) if len(post) else [], post_ns=post["start_ns"]).sort_values("start_ns")
     ends = pd.merge_asof(left, right[["k", "start_ns", "post_ns"]], on="start_ns", by="k", direction="forward")
-    return pd.DataFrame({"api": ends["api"].to_numpy(), "unit": ends["unit"].to_numpy(), "phase": ends["phase"].to_numpy(),
-                         "tid": ends["tid"].to_numpy(), "step": ends["step"].to_numpy(), "start_ns": ends["start_ns"].to_numpy(),
-                         "hook_end_ns": ends["end_ns"].to_numpy(),
-                         "end_ns": ends["post_ns"].fillna(-1).to_numpy(dtype=np.int64)})
+    return pd.DataFrame({c: ends[c].to_numpy() for c in ("api", "unit", "phase", "tid", "step", "start_ns")}).assign(
+        hook_end_ns=ends["end_ns"].to_numpy(), end_ns=ends["post_ns"].fillna(-1).to_numpy(dtype=np.int64))
+
+
+def _post_key(hooks: pd.DataFrame) -> pd.Series:
+    return hooks["api"] + "|" + hooks["unit"].astype(str).where(hooks["api"] == "fsdp2", "") + "|" + hooks["phase"]
 
 
 def _name_fsdp1_units(pre: pd.DataFrame, post: pd.DataFrame) -> pd.DataFrame:
@@ -114,17 +93,19 @@ def _name_fsdp1_units(pre: pd.DataFrame, post: pd.DataFrame) -> pd.DataFrame:
     fwd = pre[one & (pre["phase"] == "forward")].sort_values("start_ns")
     fwd = fwd.assign(unit=("#" + fwd.groupby("step").cumcount().astype(str)).to_numpy())
     closes = post[(post["api"] == "fsdp1") & (post["phase"] == "forward")]
-    seq = pd.concat([fwd.assign(delta=1), closes.assign(delta=-1)]).sort_values(["start_ns", "delta"], ignore_index=True)
+    seq = pd.concat([fwd.assign(delta=1), closes.assign(delta=-1)]).sort_values(["start_ns", "delta"],
+                                                                               ignore_index=True)
     after = seq["delta"].cumsum().to_numpy()
     level = np.where(seq["delta"] == 1, after, after + 1)
     pos = np.arange(len(seq))
     is_open = (seq["delta"] == 1).to_numpy()
     key = level * (len(seq) + 1) + pos
-    open_keys = key[is_open]
+    by_key = np.argsort(key[is_open], kind="stable")
+    open_keys = key[is_open][by_key]
     at = np.searchsorted(open_keys, key[~is_open]) - 1  # the last open bracket of the same level before the close
-    ok = (at >= 0) & (level[is_open][np.maximum(at, 0)] == level[~is_open])
+    ok = (at >= 0) & (open_keys[np.maximum(at, 0)] // (len(seq) + 1) == level[~is_open])
     ended = pd.DataFrame({"step": seq.loc[~is_open, "step"].to_numpy()[ok],
-                          "unit": seq.loc[is_open, "unit"].to_numpy()[at[ok]]})
+                          "unit": seq.loc[is_open, "unit"].to_numpy()[by_key[at[ok]]]})
     ended["from_last"] = ended.groupby("step").cumcount(ascending=False)
     bwd = pre[one & (pre["phase"] == "backward")].sort_values("start_ns")
     bwd = bwd.assign(from_last=bwd.groupby("step").cumcount())
@@ -148,7 +129,7 @@ def unit_table(events: pd.DataFrame, calls: pd.DataFrame, comm_args: pd.DataFram
     compute = _compute(events, ann)
     col = _tie_collectives(events, calls, comm_args, ann)
     busy = iv.merge(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
-    col["exposed_ns"] = col["dur_ns"] - iv.covered_within(busy, col["start_ns"].to_numpy(), col["end_ns"].to_numpy())
+    col["exposed_ns"] = col["dur_ns"] - iv.covered_within(busy, col["start_ns"], col["end_ns"])
     gathers = ann[ann["hook"] == "all_gather"].assign(prefetch=False, id=lambda a: a.index.to_numpy())
     if (ann["api"] == "fsdp1").any():  # FSDP1 has no all-gather annotation: the innermost hook around the call
         gathers = pd.concat([gathers, _fsdp1_gathers(ann, col)], ignore_index=True)
@@ -167,21 +148,17 @@ def unit_table(events: pd.DataFrame, calls: pd.DataFrame, comm_args: pd.DataFram
     g = ag.groupby("request")
     n = len(req)
     out["gathers"] = g.size().reindex(range(n), fill_value=0).to_numpy()
-    for name, src in (("allgather_us", "dur_ns"), ("allgather_exposed_us", "exposed_ns"), ("allgather_bytes", "bytes")):
-        out[name] = g[src].sum(min_count=1).reindex(range(n)).to_numpy() / (1e3 if name.endswith("_us") else 1)
-        # a gather annotation with no collective tied to it, or one of unknown size: unknown, not 0
-        out.loc[(g[src].count() < g.size()).reindex(range(n), fill_value=False).to_numpy(), name] = np.nan
+    out = out.assign(**_sums(g, n, "allgather"))
     out["allgather_dtype"] = g["dtype"].first().reindex(range(n)).to_numpy()
     ag_end = g["end_ns"].max().reindex(range(n)).to_numpy()
-    out["wait_us"] = _wait(req, ag_end, compute, on_gpu, events) / 1e3
+    out["wait_us"] = _wait(req, ag_end, compute, on_gpu) / 1e3
     issued = g["start_ns"].min().reindex(range(n)).to_numpy()
-    verdict = np.where(out["gathers"] == 0, "no_gather", np.where(issued < req["start_ns"].to_numpy(), "prefetched", "on_demand"))
+    early = np.where(issued < req["start_ns"].to_numpy(), "prefetched", "on_demand")
+    verdict = np.where(out["gathers"] == 0, "no_gather", early)
     out["prefetch"] = pd.Categorical(verdict, categories=list(VERDICTS))
     r = rs.groupby("request")
     out["reduces"] = r.size().reindex(range(n), fill_value=0).to_numpy()
-    for name, src in (("reduce_us", "dur_ns"), ("reduce_exposed_us", "exposed_ns"), ("reduce_bytes", "bytes")):
-        out[name] = r[src].sum(min_count=1).reindex(range(n)).to_numpy() / (1e3 if name.endswith("_us") else 1)
-        out.loc[(r[src].count() < r.size()).reindex(range(n), fill_value=False).to_numpy(), name] = np.nan
+    out = out.assign(**_sums(r, n, "reduce"))
     none = out["gathers"] == 0
     out.loc[none, ["allgather_us", "allgather_exposed_us", "allgather_bytes", "wait_us"]] = 0.0
     out.loc[out["reduces"] == 0, ["reduce_us", "reduce_exposed_us", "reduce_bytes"]] = 0.0
@@ -189,53 +166,54 @@ def unit_table(events: pd.DataFrame, calls: pd.DataFrame, comm_args: pd.DataFram
     return out
 
 
+def _sums(groups, n: int, prefix: str) -> dict:
+    """Per request: the calls' summed duration, exposed part (us) and bytes. A call tied to no collective, or of unknown
+    size, makes its request's value unknown (NaN), not 0."""
+    out = {}
+    for name, src, scale in (("us", "dur_ns", 1e3), ("exposed_us", "exposed_ns", 1e3), ("bytes", "bytes", 1)):
+        total = groups[src].sum(min_count=1).reindex(range(n)).to_numpy() / scale
+        unknown = (groups[src].count() < groups.size()).reindex(range(n), fill_value=False).to_numpy()
+        out[f"{prefix}_{name}"] = np.where(unknown, np.nan, total)
+    return out
+
+
 def _empty() -> pd.DataFrame:
     from tracekit.schema import FSDP_COLUMNS
 
     cols = ["start_ns" if c == "start_us" else c for c in FSDP_COLUMNS if c != "in_window"]
-    return pd.DataFrame({c: pd.Series(dtype=object if c in ("api", "unit", "phase", "prefetch", "allgather_dtype") else float) for c in cols})
+    text = ("api", "unit", "phase", "prefetch", "allgather_dtype")
+    return pd.DataFrame({c: pd.Series(dtype=object if c in text else float) for c in cols})
 
 
 def _compute(events: pd.DataFrame, ann: pd.DataFrame) -> pd.DataFrame:
-    """Compute events (start_ns, end_ns, issue_ns: launch or own start) without host ops enclosing an FSDP annotation."""
+    """Compute events (start_ns, end_ns, issue_ns: launch, else own start), less host ops enclosing an FSDP
+    annotation."""
     comp = events[(events["kind"] == "compute").to_numpy() & (events["dur_ns"] >= 0).to_numpy()]
     start = comp["ts_ns"].to_numpy()
     end = start + comp["dur_ns"].to_numpy()
     tid = comp["tid"].astype(str).to_numpy()
     # An op that an FSDP annotation starts inside, on the same thread, encloses it (one thread's events nest).
-    keep = _count_starts_within(ann["tid"].to_numpy(dtype=str), ann["start_ns"].to_numpy(), tid, start, end) == 0
+    keep = count_starts_within(ann["tid"].to_numpy(dtype=str), ann["start_ns"].to_numpy(), tid, start, end) == 0
     launch = comp["launch_ns"].to_numpy()
     return pd.DataFrame({"start_ns": start[keep], "end_ns": end[keep],
                          "issue_ns": np.where(launch >= 0, launch, start)[keep]})
 
 
-def _count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
-    """For each span, how many points of its thread lie in ``(start, end)``."""
-    threads, codes = np.unique(np.concatenate([np.asarray(p_tid, dtype=str), np.asarray(s_tid, dtype=str)]),
-                               return_inverse=True)
-    if len(s_start) == 0:
-        return np.zeros(0, dtype=np.int64)
-    lo = min(np.min(p_ns, initial=np.iinfo(np.int64).max), s_start.min())
-    width = int(max(np.max(p_ns, initial=0), s_end.max()) - lo + 1)
-    points = np.sort(codes[:len(p_ns)] * width + (np.asarray(p_ns, dtype=np.int64) - lo))
-    sc = codes[len(p_ns):] * width
-    # strictly after the span's start: an annotation starting with an op at the same time is its parent, not its child
-    return np.searchsorted(points, sc + (s_end - lo), side="left") - np.searchsorted(points, sc + (s_start - lo), side="right")
-
-
 def _tie_collectives(events, calls, comm_args, ann) -> pd.DataFrame:
     """Per collective: family (gather / reduce / other), start_ns, end_ns, dur_ns, bytes, and ``ann``: the index in
     ``ann`` of the innermost FSDP annotation around the host call that issued it (-1 when none)."""
-    family = np.select([calls["op"].astype(str) == "all_gather", calls["op"].astype(str).isin(["all_reduce", "reduce_scatter"])],
-                       ["gather", "reduce"], "other")
+    family = _FAMILY.reindex(calls["op"].astype(str)).fillna("other").to_numpy(dtype=object)
     launch = events["launch_row"].to_numpy()[calls["row"].to_numpy()] if len(calls) else np.zeros(0, dtype=np.int64)
-    tid = np.where(launch >= 0, events["tid"].astype(str).to_numpy()[np.maximum(launch, 0)], "")
+    tid = np.where(launch >= 0, events["tid"].iloc[np.maximum(launch, 0)].astype(str).to_numpy(), "")
     issue = np.where(launch >= 0, events["ts_ns"].to_numpy()[np.maximum(launch, 0)], -1)
     # CPU ranks: the k-th gloo call of a family was issued by the k-th c10d op of that family on the rank.
-    c10d = events[events["name"].isin([n for n in events["name"].cat.categories if _C10D.match(n)]).to_numpy()
-                  & (events["dur_ns"] >= 0).to_numpy()].sort_values("ts_ns")
-    c10d_family = np.array([{"all_gather": "gather", "all_reduce": "reduce", "reduce_scatter": "reduce"}.get(
-        normalize_op(n), "other") for n in c10d["name"].astype(str)], dtype=object)
+    names = events["name"].cat.categories.astype(str)
+    name_family = _FAMILY.reindex([normalize_op(n) if _C10D.match(n) else "" for n in names]).fillna("other")
+    codes = events["name"].cat.codes.to_numpy()
+    op_family = np.append(name_family.to_numpy(dtype=object), "other")[codes]
+    issuers = (op_family != "other") & (events["dur_ns"] >= 0).to_numpy()
+    c10d = events[issuers].assign(family=op_family[issuers]).sort_values("ts_ns")
+    c10d_family = c10d["family"].to_numpy()
     order = np.argsort(calls["start_ns"].to_numpy(), kind="stable")
     for fam in ("gather", "reduce"):
         mine = order[(family[order] == fam) & (launch[order] < 0)]
@@ -245,7 +223,8 @@ def _tie_collectives(events, calls, comm_args, ann) -> pd.DataFrame:
         issue[mine[:k]] = ops["ts_ns"].to_numpy()[:k]
     has = issue >= 0
     where = np.full(len(calls), -1, dtype=np.int64)
-    where[has] = innermost(tid[has], issue[has], ann["tid"].to_numpy(dtype=str), ann["start_ns"].to_numpy(), ann["end_ns"].to_numpy())
+    where[has] = innermost(tid[has], issue[has], ann["tid"].to_numpy(dtype=str), ann["start_ns"].to_numpy(),
+                           ann["end_ns"].to_numpy())
     start = calls["start_ns"].to_numpy()
     dur = np.round(calls["dur_us"].to_numpy() * 1e3).astype(np.int64)
     return pd.DataFrame({"family": family, "start_ns": start, "end_ns": start + dur, "dur_ns": dur.astype(float),
@@ -256,14 +235,16 @@ def _tie_collectives(events, calls, comm_args, ann) -> pd.DataFrame:
 def _dtype(calls, comm_args) -> np.ndarray:
     """Element type as written in the trace: the call's, else its Input type (gloo)."""
     args = comm_args.drop_duplicates("row").set_index("row").reindex(calls["row"].to_numpy())
-    return calls["dtype"].astype(object).where(calls["dtype"].notna().to_numpy(), args["input_type"].to_numpy()).to_numpy()
+    own = calls["dtype"].astype(object)
+    return own.where(own.notna().to_numpy(), args["input_type"].to_numpy()).to_numpy()
 
 
 def _gather_bytes(calls, comm_args, family) -> np.ndarray:
     """The collective's bytes; a gloo all-gather records only its input shard, so output = shard x group size."""
     nbytes = calls["bytes"].to_numpy(dtype=float).copy()
     args = comm_args.drop_duplicates("row").set_index("row").reindex(calls["row"].to_numpy())
-    shard = args["input_nelems"].to_numpy(dtype=float) * np.array([dtype_bytes(t) for t in args["input_type"]], dtype=float)
+    size = np.array([dtype_bytes(t) for t in args["input_type"]], dtype=float)  # per call, as collectives.py
+    shard = args["input_nelems"].to_numpy(dtype=float) * size
     fill = (family == "gather") & np.isnan(nbytes)
     nbytes[fill] = (shard * calls["group_size"].to_numpy(dtype=float))[fill]
     return nbytes
@@ -276,7 +257,8 @@ def _fsdp1_gathers(ann: pd.DataFrame, col: pd.DataFrame) -> pd.DataFrame:
     hook = ann["hook"].to_numpy()[mine["ann"].to_numpy()]
     ids = len(ann) + mine.index.to_numpy()
     col.loc[mine.index, "ann"] = ids  # re-tie each call to its own gather
-    return pd.DataFrame({"api": "fsdp1", "hook": "all_gather", "unit": None, "tid": ann["tid"].to_numpy()[mine["ann"].to_numpy()],
+    return pd.DataFrame({"api": "fsdp1", "hook": "all_gather", "unit": None,
+                         "tid": ann["tid"].to_numpy()[mine["ann"].to_numpy()],
                          "step": -1, "start_ns": mine["issue_ns"].to_numpy(), "end_ns": mine["issue_ns"].to_numpy(),
                          "prefetch": np.char.find(hook.astype(str), "prefetch") >= 0, "id": ids})
 
@@ -294,7 +276,8 @@ def _gather_request(gathers: pd.DataFrame, req: pd.DataFrame) -> np.ndarray:
     cols = ["k", "start_ns", "_r", "hook_end_ns", "req_ns"]
     back = pd.merge_asof(g, r[cols], on="start_ns", by="k", direction="backward")
     fwd = pd.merge_asof(g, r[cols], on="start_ns", by="k", direction="forward", allow_exact_matches=False)
-    inside = (back["hook_end_ns"] >= back["start_ns"]).fillna(False).to_numpy(dtype=bool) & ~g["prefetch"].fillna(False).to_numpy(dtype=bool)
+    around = (back["hook_end_ns"] >= back["start_ns"]).fillna(False).to_numpy(dtype=bool)
+    inside = around & ~g["prefetch"].fillna(False).to_numpy(dtype=bool)
     pick = np.where(inside, back["_r"].fillna(-1), fwd["_r"].fillna(-1)).astype(np.int64)
     out[g["_i"].to_numpy()] = pick
     return out
@@ -306,8 +289,9 @@ def _reduce_request(reduces: pd.DataFrame, req: pd.DataFrame) -> np.ndarray:
     bwd = req[req["phase"] == "backward"]
     if reduces.empty or bwd.empty:
         return out
-    g = reduces.assign(_i=np.arange(len(reduces)), k=reduces["unit"].fillna("|fsdp1").astype(str)).sort_values("start_ns")
-    r = bwd.assign(_r=bwd.index.to_numpy(), k=bwd["unit"].astype(str).where(bwd["api"] == "fsdp2", "|fsdp1")).sort_values("start_ns")
+    g = reduces.assign(_i=np.arange(len(reduces)), k=reduces["unit"].fillna("|fsdp1").astype(str))
+    r = bwd.assign(_r=bwd.index.to_numpy(), k=bwd["unit"].astype(str).where(bwd["api"] == "fsdp2", "|fsdp1"))
+    g, r = g.sort_values("start_ns"), r.sort_values("start_ns")
     back = pd.merge_asof(g, r[["k", "start_ns", "_r"]], on="start_ns", by="k", direction="backward")
     out[g["_i"].to_numpy()] = back["_r"].fillna(-1).to_numpy(dtype=np.int64)
     return out
@@ -316,7 +300,8 @@ def _reduce_request(reduces: pd.DataFrame, req: pd.DataFrame) -> np.ndarray:
 def _per_annotation(anns: pd.DataFrame, col: pd.DataFrame) -> pd.DataFrame:
     """One row per collective tied to an annotation (NaN times for an annotation with none): request, start_ns
     (the annotation's: when it was issued), end_ns, dur_ns, exposed_ns, bytes, dtype."""
-    table = pd.DataFrame({"ann": anns["id"].to_numpy(dtype=np.int64), "request": anns["request"].to_numpy(), "start_ns": anns["start_ns"].to_numpy()})
+    table = pd.DataFrame({"ann": anns["id"].to_numpy(dtype=np.int64), "request": anns["request"].to_numpy(),
+                          "start_ns": anns["start_ns"].to_numpy()})
     table = table[table["request"] >= 0]
     return table.merge(col.drop(columns=["start_ns"]), on="ann", how="left")
 
@@ -340,7 +325,7 @@ def _own_compute(req: pd.DataFrame, compute: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _wait(req, ag_end, compute, on_gpu, events) -> np.ndarray:
+def _wait(req, ag_end, compute, on_gpu) -> np.ndarray:
     """Time with no compute between the moment a unit could start (its pre-hook on CPU ranks; on GPU ranks the end of
     the compute launched before the pre-hook) and the end of its last all-gather."""
     ready = req["start_ns"].to_numpy().astype(np.int64)

@@ -97,7 +97,8 @@ def late_on_demand(rows: pd.DataFrame) -> pd.Series:
     """Rows whose all-gather was issued on demand although an earlier unit of the same pass could have prefetched
     it (the first gathering unit of a pass has nothing before it to hide under)."""
     gathered = rows["gathers"] > 0
-    first = rows["order"].where(gathered).groupby([rows["rank"], rows["step"], rows["phase"]], observed=True).transform("min")
+    passes = [rows["rank"], rows["step"], rows["phase"]]
+    first = rows["order"].where(gathered).groupby(passes, observed=True).transform("min")
     return (rows["prefetch"] == "on_demand") & (rows["order"] > first)
 
 
@@ -117,7 +118,8 @@ def _fp32_allgather(rows, step_us):
         f"all-gathers take up to {worst:.0%} of the step time.",
         "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) halves the all-gather bytes "
         "(FSDP1: MixedPrecision(param_dtype=torch.bfloat16)).",
-        {"share": worst, "allgather_bytes_per_step": float(per_step.mean()), "bytes_saved_per_step": float(per_step.mean()) / 2})]
+        {"share": worst, "allgather_bytes_per_step": float(per_step.mean()),
+         "bytes_saved_per_step": float(per_step.mean()) / 2})]
 
 
 def _exposed_reduce(rows, step_us):
@@ -156,4 +158,5 @@ def _small_units(rows, step_us):
         f"(median {small['bytes'].median() / 1e6:.2f} MB) and spend longer gathering than computing: their "
         "collectives are latency-bound.",
         LARGER_UNITS_REMEDY + ".",
-        {"gather_share": share, "units": [str(u) for u in small.index], "median_bytes": float(small["bytes"].median())})]
+        {"gather_share": share, "units": [str(u) for u in small.index],
+         "median_bytes": float(small["bytes"].median())})]
