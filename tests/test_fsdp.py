@@ -325,3 +325,15 @@ def test_fsdp1_brackets_pair_nested_and_chained_units():
     req = tk_fsdp.requests(ann)
     assert list(zip(req["phase"], req["unit"])) == [("forward", "#0"), ("forward", "#1"), ("forward", "#2"),
                                                    ("backward", "#2"), ("backward", "#0"), ("backward", "#1")]
+
+
+@pytest.mark.parametrize("a, b", [(DDP_RUN, FSDP_RUN), (FSDP_RUN, "sample_traces/fsdp-gloo-2rank-prefetch0")])
+def test_compare_ddp_with_fsdp_and_two_fsdp_settings_per_step(a, b):
+    from tracekit.compare import PARTS
+
+    sa, sb = (tracekit.summarize(REPO / r, cache=False) for r in (a, b))
+    table = tracekit.compare(sa, sb).table.set_index("metric")
+    for side, s in (("a", sa), ("b", sb)):
+        assert sum(float(table.loc[p, side]) for p in PARTS) == pytest.approx(float(table.loc["step_time_ms", side]))
+        steps = s.steps[s.steps["in_window"]]
+        assert float(table.loc["step_time_ms", side]) == pytest.approx(steps.groupby("rank")["step_us"].mean().mean() / 1e3)

@@ -46,7 +46,7 @@ def kept_bf16(tmp_path_factory):
 
 def padded_numel(module, skip=()) -> int:
     """Elements of `module`'s parameters (each once, not those in `skip`) as FSDP2 shards them: dim 0 split into
-    `WORLD` equal chunks, the last padded (torch.chunk sizes), so each parameter occupies ceil(d0 / WORLD) * WORLD rows."""
+    `WORLD` equal chunks, the last padded (torch.chunk sizes): each parameter takes ceil(d0 / WORLD) * WORLD rows."""
     skipped = {id(p) for m in skip for p in m.parameters()}
     total = 0
     for p in module.parameters():

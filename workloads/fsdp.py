@@ -24,7 +24,8 @@ Commands
       torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --rdzv-backend c10d \\
                --rdzv-endpoint $HEAD:29500 -m workloads.fsdp --profile --out /shared/runs/fsdp-2x8
   CPU only (gloo, CPU-sized config):  python -m workloads.fsdp --profile --nproc 2
-  the seeded fault (exposed gathers): python -m workloads.fsdp --profile --nproc 2 --reshard-after-forward true --prefetch 0
+  the seeded fault (exposed gathers): python -m workloads.fsdp --profile --nproc 2 --prefetch 0 \
+                                             --reshard-after-forward true
 
 Sizes and the other flags are those of workloads.gpt (the same model and data). --mode dp is refused: FSDP needs a
 process group. Output: --out (default runs/fsdp-<timestamp>/) holds rank-<r>.pt.trace.json.gz per rank (with
@@ -81,8 +82,9 @@ def parse_config(argv: list[str] | None = None) -> tuple[FSDPConfig, str]:
     args.reshard_after_forward = BOOL_FLAGS[args.reshard_after_forward]
     on_gpu = torch.cuda.is_available() and not args.cpu
     cfg = build(FSDPConfig, p, args, gpt.GPU_DEFAULTS if on_gpu else gpt.CPU_DEFAULTS)
-    summary = (f"FSDP2 GPT {cfg.n_layer} blocks x {cfg.n_embd} channels, vocab {cfg.vocab_size}, {cfg.seq_len} tokens,"
-               f" batch {cfg.batch_size} per rank, {cfg.steps} steps; reshard_after_forward={cfg.reshard_after_forward},"
+    summary = (f"FSDP2 GPT {cfg.n_layer} blocks x {cfg.n_embd} channels, vocab {cfg.vocab_size},"
+               f" {cfg.seq_len} tokens, batch {cfg.batch_size} per rank, {cfg.steps} steps;"
+               f" reshard_after_forward={cfg.reshard_after_forward},"
                f" prefetch {cfg.prefetch}, mp {cfg.mp} ({'GPU' if on_gpu else 'CPU'} defaults; flags override)")
     return cfg, summary
 
