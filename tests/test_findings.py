@@ -104,6 +104,18 @@ def test_minor_op_gets_no_advice_of_its_own():
     assert findings.dominant_ops({"broadcast": 0.5, "barrier": 0.3, "send": 0.2}) == ["broadcast", "barrier", "send"]
     assert findings.dominant_ops({"broadcast": 0.81, "barrier": 0.19}) == ["broadcast"]
     assert findings.op_shares(coll.assign(in_window=False), [0]) == {}
+    assert findings.op_shares(coll.assign(dur_us=0.0), [0]) == {}  # no call time: no shares, not NaN ones
+
+
+@pytest.mark.parametrize("op, words", [("reduce_scatter", "backward_prefetch"), ("recv", "micro-batches"),
+                                        ("all_to_all", "TrainPipelineSparseDist"), ("barrier", "barriers out"),
+                                        ("other", "unnamed op")])
+def test_each_op_gets_its_own_advice(op, words):
+    coll = pd.DataFrame({"rank": [0], "op": [op], "dur_us": [100.0], "in_window": [True]})
+    ranks = pd.DataFrame({"rank": [0], "span_us": [1000.0], "exposed_comm_us": [500.0], "ddp": [True]})
+    f = findings._exposed_comm(ranks, coll, None, {})[0]
+    assert words in f.recommendation and f"{op} 100%" in f.message
+    assert op == "other" or "unnamed op" not in f.recommendation
 
 
 def hip_launch(ts, correlation):

@@ -64,3 +64,38 @@ def test_same_order_is_no_mismatch(tmp_path):
     base = [step(i + 1, i * 1000, 1000) for i in range(3)]
     calls = [kernel(nccl_ar, 100, 50, stream=20, **AR), kernel(nccl_bc, 200, 50, stream=20, **BC)]
     assert summarize(tmp_path, {0: base + calls, 1: base + calls}).mismatches.empty
+
+
+# --- sizes that do not line up without Seq -------------------------------------------------------------------------
+
+def _ar(ts, nelems=1000):
+    return kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ts, 50, stream=20,
+                  **{**AR, "In msg nelems": nelems, "Out msg nelems": nelems})
+
+
+def test_size_mismatch_in_a_later_step_is_reported(tmp_path):
+    # Step 1 agrees (4000 B each); step 2: rank 1 sends 8000 B where rank 0 sends 4000 B.
+    base = [step(i + 1, i * 1000, 1000) for i in range(3)]
+    s = summarize(tmp_path, {0: base + [_ar(100), _ar(1100)], 1: base + [_ar(100), _ar(1100, nelems=2000)]})
+    sizes = s.mismatches[(s.mismatches["kind"] == "size") & (s.mismatches["match_id"] == -1)]
+    assert sizes["position"].tolist() == ["step 2"]
+    assert sizes["detail"].tolist() == ["rank 0: 4000 B; rank 1: 8000 B"] and sizes["ranks"].tolist() == [[0, 1]]
+
+
+def test_unknown_sizes_on_every_rank_are_no_mismatch(tmp_path):
+    # gloo without record_shapes: no sizes anywhere, the same calls on both ranks.
+    def gloo(ts):
+        return {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 100, "tid": 9, "ts": ts,
+                "dur": 50, "args": {}}
+    events = [step(i + 1, i * 1000, 1000, tid=1) for i in range(3)] + [gloo(100), gloo(1100)]
+    s = summarize(tmp_path, {0: events, 1: events})
+    assert s.collectives["bytes"].isna().all() and len(s.collectives) == 4
+    assert s.mismatches.empty, s.mismatches.to_dict("records")
+
+
+def test_a_dtype_nobody_knows_has_unknown_size():
+    import math
+
+    from tracekit.collectives import dtype_bytes
+    assert dtype_bytes("c10::BFloat16") == 2 and dtype_bytes("unsigned char") == 1
+    assert math.isnan(dtype_bytes("QuantizedInt4x2")) and math.isnan(dtype_bytes(None))
