@@ -268,3 +268,11 @@ def test_uneven_all_to_all_still_matches_across_ranks(tmp_path):
 def test_reductions_that_are_compute_stay_compute(tmp_path, kernel_name):
     s = summarize(tmp_path, [kernel(kernel_name, 0, 100)])
     assert s.collectives.empty and (one(s.ranks)["comm_us"], one(s.ranks)["compute_us"]) == (0, 100)
+
+
+def test_all_gather_output_is_the_payload_even_when_its_shapes_give_no_group(tmp_path):
+    # An uneven all_gather (args: 1000 in, 2500 out, no Group size) in a job of 8: 2500 / 1000 is no group size,
+    # so the group is the default one (8); the payload is the recorded output, 2500 x 4 B, not 1000 x 8 x 4 B.
+    args = {"Collective name": "_allgather_base", "In msg nelems": 1000, "Out msg nelems": 2500, "dtype": "Float"}
+    events = [kernel("ncclDevKernel_Generic", KERNEL_START, KERNEL_DUR, stream=20, **args)]
+    check(one(summarize(tmp_path, events, world_size=8).collectives), "all_gather", 2500 * 4, 8, 7 / 8)
