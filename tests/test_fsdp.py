@@ -337,3 +337,19 @@ def test_compare_ddp_with_fsdp_and_two_fsdp_settings_per_step(a, b):
         assert sum(float(table.loc[p, side]) for p in PARTS) == pytest.approx(float(table.loc["step_time_ms", side]))
         steps = s.steps[s.steps["in_window"]]
         assert float(table.loc["step_time_ms", side]) == pytest.approx(steps.groupby("rank")["step_us"].mean().mean() / 1e3)
+
+
+def test_the_compare_page_puts_ddp_beside_fsdp(monkeypatch):
+    streamlit_testing = pytest.importorskip("streamlit.testing.v1")
+    monkeypatch.setattr("sys.argv", ["main.py", "--root", str(REPO / "sample_traces")])
+    at = streamlit_testing.AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120)
+    at.query_params.update({"run": DDP_RUN, "page": "compare", "b": FSDP_RUN})
+    at.run()
+    assert not at.exception, at.exception[0].value if at.exception else ""
+    shown = at.dataframe[0].value
+    expected = tracekit.compare(tracekit.summarize(REPO / DDP_RUN, cache=False),
+                                tracekit.summarize(REPO / FSDP_RUN, cache=False)).table
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True).astype(object).where(shown.notna(), None),
+                                  expected.reset_index(drop=True).astype(object).where(expected.notna(), None),
+                                  check_dtype=False)
+    assert "all_gather_MB_per_step" in set(shown["metric"])
