@@ -70,9 +70,9 @@ def test_waits_found_on_a_real_gloo_trace():
 
 
 def _run_gpt(out: Path, *extra: str) -> Path:
-    tiny = ["--n-layer", "2", "--n-embd", "64", "--vocab-size", "4096", "--seq-len", "32", "--batch-size", "8",
-            "--steps", "8", "--wait", "1", "--warmup", "1", "--active", "5"]
-    subprocess.run([sys.executable, "-m", "workloads.gpt", "--profile", "--cpu", "--nproc", "2", *tiny, *extra,
+    """The bundled GPT workload on 2 CPU ranks, its CPU-sized default config (as the sample traces), 4 profiled steps."""
+    short = ["--steps", "7", "--wait", "1", "--warmup", "1", "--active", "4"]
+    subprocess.run([sys.executable, "-m", "workloads.gpt", "--profile", "--cpu", "--nproc", "2", *short, *extra,
                     "--out", str(out)], check=True, cwd=ROOT, timeout=600, capture_output=True)
     return out
 

@@ -72,8 +72,13 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
         compute = lane_key[(events["kind"] == "compute").to_numpy()]
         host_lanes = {pd.Series(compute).mode().iloc[0]} if len(compute) else set()
     on_host_lane = np.isin(lane_key, list(host_lanes))
-    candidate = on_host_lane & valid & ~is_step & ~is_dev & ~is_comm_cpu & (
-        cats.isin(_HOST_CATS).to_numpy() | (runtime & (launches | sync)))
+    host_op = cats.isin(_HOST_CATS).to_numpy().copy()
+    if on_gpu:  # only the host ops a GPU rank's reading keeps: the graph must not depend on what it leaves out
+        from tracekit.rank import reads_host_op
+
+        kept = np.fromiter((reads_host_op(n) for n in names), dtype=bool, count=len(names))
+        host_op &= (cats != "cpu_op").to_numpy() | (kept[name.cat.codes.to_numpy()] & (name.cat.codes.to_numpy() >= 0))
+    candidate = on_host_lane & valid & ~is_step & ~is_dev & ~is_comm_cpu & (host_op | (runtime & (launches | sync)))
     host = np.flatnonzero(candidate)
     host = host[_leaves(lane_key[host], ts[host], ts[host] + dur[host])]
 
