@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 WORLD = 2
 # Odd vocabulary and sequence length: the embeddings' first dimension does not split evenly over 2 ranks, so FSDP pads.
-SIZES = dict(n_layer=3, n_embd=64, n_head=2, vocab_size=1001, seq_len=17)
+SIZES = dict(n_layer=3, n_embd=64, n_head=2, vocab_size=1001, seq_len=65)
 TINY = [f"--{k.replace('_', '-')}={v}" for k, v in SIZES.items()] + [
-    "--batch-size", "2", "--steps", "4", "--wait", "1", "--warmup", "1", "--active", "2"]
+    "--batch-size", "8", "--steps", "4", "--wait", "1", "--warmup", "1", "--active", "2"]
 
 
 def run(tmp_path_factory, name, *flags, workload="fsdp") -> tracekit.Summary:
