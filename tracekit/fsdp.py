@@ -29,6 +29,7 @@ import pandas as pd
 from tracekit import intervals as iv
 from tracekit.collectives import dtype_bytes, normalize_op
 from tracekit.nesting import count_starts_within, innermost
+from tracekit.reader import DEVICE_CATEGORIES
 
 FSDP2 = re.compile(r"^FSDP::(pre_forward|pre_backward|post_forward|all_gather|post_backward_reduce|"
                    r"post_backward_accumulate|post_backward_reshard)(?: \((.*?)\))?(?: \[pg=\d+\])?$")
@@ -193,7 +194,8 @@ def _compute(events: pd.DataFrame, ann: pd.DataFrame) -> pd.DataFrame:
     end = start + comp["dur_ns"].to_numpy()
     tid = comp["tid"].astype(str).to_numpy()
     # An op that an FSDP annotation starts inside, on the same thread, encloses it (one thread's events nest).
-    keep = count_starts_within(ann["tid"].to_numpy(dtype=str), ann["start_ns"].to_numpy(), tid, start, end) == 0
+    encloses = count_starts_within(ann["tid"].to_numpy(dtype=str), ann["start_ns"].to_numpy(), tid, start, end) > 0
+    keep = ~encloses | comp["cat"].isin(DEVICE_CATEGORIES).to_numpy()  # kernels run on streams, never around hooks
     launch = comp["launch_ns"].to_numpy()
     return pd.DataFrame({"start_ns": start[keep], "end_ns": end[keep],
                          "issue_ns": np.where(launch >= 0, launch, start)[keep]})
