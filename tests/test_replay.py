@@ -193,3 +193,24 @@ def test_enclosing_ops_own_time_is_compute(tmp_path):
     assert doubled == pytest.approx(150 * MS)  # 50 ms of compute (mm 20, add 10, linear's own 20) twice as long
     one = s.critical_path[s.critical_path["step"] == 1].set_index("category")["us"]
     assert one["compute"] == pytest.approx(50 * MS) and one["host"] == pytest.approx(50 * MS)
+
+
+def test_no_data_wait_removes_the_whole_loader(tmp_path):
+    """One CPU rank, steps of 100 ms: DataLoader __next__ [T, T+20] holding aten::stack [T+5, T+15], then aten::mm
+    [T+30, T+50]. Without the loader's 20 ms (the op and the unrecorded time inside it) a step takes 80 ms."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = []
+    for k in (1, 2):
+        t = 100 * (k - 1)
+        events += [step(k, t * MS, 100 * MS), cpu(loader, t * MS, 20 * MS, cat="user_annotation"),
+                   cpu("aten::stack", (t + 5) * MS, 10 * MS), cpu("aten::mm", (t + 30) * MS, 20 * MS)]
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", events + [step(3, 200 * MS, 10 * MS)], rank=0, world_size=1,
+                backend="gloo")
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    g = s.graph
+    assert g.loc[g["in_data"].to_numpy(), "name"].astype(str).tolist() == ["aten::stack", loader] * 2
+    table = tracekit.whatif(s, ["no_data_wait"])
+    assert table.loc[0, "step_time_us"] == pytest.approx(80 * MS)
+    one = s.critical_path[s.critical_path["step"] == 1].set_index("category")["us"]
+    assert one["data"] == pytest.approx(20 * MS)  # stack 10 and the unrecorded 5 + 5 around it inside the loader
+    assert one["compute"] == pytest.approx(20 * MS) and one["host"] == pytest.approx(60 * MS)

@@ -117,7 +117,8 @@ class _Walker:
                 by = self.end_by[i]
                 lo = self.start[i] if by < 0 else (self.start[by] if self.end_kind[i] == 1 else self.end[by])
                 cat = self.cats[self.cat_codes[i]]
-                category = _OWN[cat] if by < 0 else ("comm_transfer" if self.end_kind[i] == 1 else "sync")
+                own = "data" if self.in_data[i] else _OWN[cat]  # ops a DataLoader runs are data loading
+                category = own if by < 0 else ("comm_transfer" if self.end_kind[i] == 1 else "sync")
                 rows.append((self.rank[i], max(lo, t0), self.end[i], i, cat, category))
                 if by < 0:
                     phase = "start"

@@ -95,19 +95,28 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
         "rank": np.full(len(rows), rank, dtype=np.int32), "lane": lane_key[rows],
         "start_ns": ts[rows], "end_ns": np.where(np.isin(rows, steps), ts[rows], ts[rows] + dur[rows]),
         "step": events["step"].to_numpy()[rows], "cat": node_cat,
-        "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[rows], categories=names).remove_unused_categories(),
+        "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[rows], categories=names),
         "row": rows, "is_marker": np.isin(rows, steps),
     })
     loader = name.isin(names[names.str.match(DATA_LOADER.pattern)]).to_numpy() & valid
-    nodes["in_data"] = _inside(nodes, lane_key[loader], ts[loader], ts[loader] + dur[loader])
+    nodes["in_data"] = _inside(nodes, lane_key[loader], ts[loader], ts[loader] + dur[loader]) & ~nodes["is_marker"]
+    # A zero-length node where each DataLoader __next__ ends: the unrecorded time before it is data loading too.
+    ends = np.flatnonzero(loader & on_host_lane)
+    nodes = pd.concat([nodes, pd.DataFrame({
+        "rank": np.full(len(ends), rank, dtype=np.int32), "lane": lane_key[ends], "start_ns": ts[ends] + dur[ends],
+        "end_ns": ts[ends] + dur[ends], "step": events["step"].to_numpy()[ends], "cat": "data",
+        "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[ends], categories=names),
+        "row": -1 - np.arange(len(ends)), "is_marker": False, "in_data": True})], ignore_index=True)
+    nodes["name"] = nodes["name"].cat.remove_unused_categories()
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
     nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
                               kind="stable", ignore_index=True)
     position = pd.Series(np.arange(len(nodes)), index=nodes["row"].to_numpy())
     ps = np.full(len(nodes), -1, dtype=np.int64)
-    launched = (nodes["cat"].isin(["compute", "memory", "comm"]).to_numpy()
-                & (launch_rows[nodes["row"].to_numpy()] >= 0))
-    src = position.reindex(launch_rows[nodes["row"].to_numpy()[launched]]).to_numpy()
+    node_rows = nodes["row"].to_numpy()
+    launch_of = np.where(node_rows >= 0, launch_rows[np.maximum(node_rows, 0)], -1)
+    launched = nodes["cat"].isin(["compute", "memory", "comm"]).to_numpy() & (launch_of >= 0)
+    src = position.reindex(launch_of[launched]).to_numpy()
     ps[np.flatnonzero(launched)] = np.where(np.isnan(src), -1, src).astype(np.int64)
     if not on_gpu:
         _enqueue_edges(nodes, events[name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy() & valid], ps)
