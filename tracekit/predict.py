@@ -222,7 +222,7 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int])
     replay predicts for their fix. ``graphs``: each rank's ``RankResult.graph``, in the order of its collectives in
     ``summary.collectives``; ``shift``: the clock correction per rank (ns)."""
     from tracekit.critical_path import critical_paths
-    from tracekit.graph import run_graph
+    from tracekit.rungraph import run_graph
 
     graph = run_graph(graphs, summary.collectives, shift, int(summary.run.get("origin_ns", 0)))
     window_steps = _window(summary.steps)
