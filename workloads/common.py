@@ -3,8 +3,8 @@
 `main(train, cfg, name, summary)` runs `train(rank, cfg)` in every rank with the process group up; workloads use it
 through `training.main`, which supplies the shared loop as `train`. Launching:
 - under `torchrun` (RANK and WORLD_SIZE in the environment) each process is one rank;
-- otherwise one process per visible GPU with NCCL, or `cfg.nproc` CPU ranks with gloo, started with
-  `torch.multiprocessing`;
+- otherwise one process per visible GPU with NCCL, or 2 CPU ranks with gloo, started with `torch.multiprocessing`;
+  `--nproc N` starts N ranks instead (rank r on GPU r mod the GPU count) and `--backend` picks nccl or gloo;
 - `--mode dp` runs one process with DataParallel and no process group.
 If a rank raises, it reports first, then the launcher stops the others and names it.
 The process group is always destroyed. `--out` never overwrites an earlier run unless `--force` is given.
@@ -87,6 +87,8 @@ def main(train: Callable[[Rank, Any], None], cfg: TrainConfig, name: str, summar
 
 
 def _check_machine(cfg: TrainConfig) -> None:
+    if cfg.backend == "nccl" and gpu_count(cfg) == 0:
+        raise ConfigError("--backend nccl needs CUDA GPUs and this machine has none; use gloo")
     if cfg.mode == "dp" and gpu_count(cfg) == 0:
         raise ConfigError("--mode dp (DataParallel) needs CUDA GPUs and this machine has none; use --mode ddp")
     if cfg.mode == "dp" and "RANK" in os.environ:
@@ -117,7 +119,7 @@ def _launch(train: Callable, cfg: TrainConfig) -> None:
         env = os.environ
         _in_process(train, cfg, int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
         return
-    world = gpus or cfg.nproc
+    world = cfg.nproc or gpus or 2
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     if world == 1:
         os.environ.update(env)
@@ -175,11 +177,11 @@ def _child(rank: int, world: int, env: dict[str, str], train: Callable, cfg: Tra
 def _run_rank(train: Callable, cfg: TrainConfig, rank: int, local_rank: int, world: int, reports=None) -> None:
     """Bring the process group up, run `train`, report a failure before tearing down, always destroy the group."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    on_gpu = gpu_count(cfg) > 0
-    device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
-    if on_gpu:
+    gpus = gpu_count(cfg)
+    device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+    if gpus:
         torch.cuda.set_device(device)
-    backend = "nccl" if on_gpu else "gloo"
+    backend = backend_name(cfg)
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=cfg.timeout_s))
     try:
@@ -221,11 +223,25 @@ def announce(message: str) -> None:
         print(message, flush=True)
 
 
+def backend_name(cfg: TrainConfig) -> str:
+    """The process group's backend: --backend, or nccl on GPUs and gloo on CPUs."""
+    if cfg.backend != "auto":
+        return cfg.backend
+    return "nccl" if gpu_count(cfg) else "gloo"
+
+
 def machine(cfg: TrainConfig) -> str:
     """Where the job will run, in words, for the line that says which config was chosen."""
     if "WORLD_SIZE" in os.environ:
-        return f"torchrun, {os.environ['WORLD_SIZE']} ranks"
+        return f"torchrun, {os.environ['WORLD_SIZE']} ranks, {backend_name(cfg)}"
     gpus = gpu_count(cfg)
     if cfg.mode == "dp":
         return f"DataParallel over {gpus} GPUs"
-    return f"{gpus} GPUs, NCCL" if gpus else f"no CUDA GPU, {cfg.nproc} CPU ranks with gloo"
+    world = cfg.nproc or gpus or 2
+    if gpus:
+        return f"{_count(world, 'rank')} on {_count(gpus, 'GPU')}, {backend_name(cfg)}"
+    return f"no CUDA GPU, {world} CPU ranks with gloo"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NoReturn, TypeVar
 
 AMP_MODES = ("off", "bf16", "fp16")
+BACKENDS = ("auto", "nccl", "gloo")
 PARALLEL_MODES = ("ddp", "dp")
 
 
@@ -35,7 +36,8 @@ class TrainConfig:
     accum: int = 1
     bucket_cap_mb: float = 25.0
     pin_memory: bool = False
-    nproc: int = 2
+    nproc: int | None = None  # None: one rank per GPU, or 2 CPU ranks
+    backend: str = "auto"
     cpu: bool = False
     timeout_s: float = 60.0
     profile: bool = False
@@ -53,7 +55,9 @@ class TrainConfig:
         _check(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
         _check(self.accum >= 1, f"--accum must be >= 1, got {self.accum}")
         _check(self.workers >= 0, f"--workers must be >= 0, got {self.workers}")
-        _check(self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
+        _check(self.nproc is None or self.nproc >= 1, f"--nproc must be >= 1, got {self.nproc}")
+        _check(self.backend in BACKENDS, f"--backend must be one of {BACKENDS}, got {self.backend!r}")
+        _check(not (self.backend == "nccl" and self.cpu), "--backend nccl runs on GPUs; drop --cpu")
         _check(self.bucket_cap_mb > 0, f"--bucket-cap-mb must be > 0, got {self.bucket_cap_mb}")
         _check(self.timeout_s > 0, f"--timeout-s must be > 0, got {self.timeout_s}")
         _check(self.mode in PARALLEL_MODES, f"--mode must be one of {PARALLEL_MODES}, got {self.mode!r}")
@@ -111,7 +115,11 @@ def base_parser(prog: str, manual: str) -> Parser:
     par = p.add_argument_group("parallelism and precision")
     par.add_argument("--mode", choices=PARALLEL_MODES, default="ddp",
                      help="ddp: one process per GPU (or CPU rank); dp: DataParallel in one process, needs GPUs")
-    par.add_argument("--nproc", type=int, default=2, help="CPU ranks when there is no GPU and no torchrun")
+    par.add_argument("--nproc", type=int,
+                     help="ranks to start without torchrun (default: one per GPU, or 2 CPU ranks); on GPUs rank r uses"
+                          " GPU r mod the GPU count")
+    par.add_argument("--backend", choices=BACKENDS, default="auto",
+                     help="process group backend: auto is nccl on GPUs and gloo on CPUs; gloo also runs on CUDA tensors")
     par.add_argument("--cpu", action="store_true", help="run CPU ranks with gloo even where there are GPUs")
     par.add_argument("--amp", choices=AMP_MODES, default="off", help="autocast dtype; fp16 adds a GradScaler")
     par.add_argument("--accum", type=int, default=1,

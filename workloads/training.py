@@ -45,7 +45,7 @@ def wrap_model(model: torch.nn.Module, cfg: TrainConfig, rank: Rank) -> torch.nn
     model = model.to(rank.device)
     if rank.backend is None:
         return DataParallel(model)
-    ids = [rank.local_rank] if rank.device.type == "cuda" else None
+    ids = [rank.device.index] if rank.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb)
 
 

@@ -1,0 +1,229 @@
+"""The GPU check (issue 14): every workload variant briefly on one GPU, read back and checked; `gpu_check.md` table.
+
+Start it with `benchmarks/gpu_check.sh` (its header says how to prepare wheels and launch on the device machine).
+`--dry-run` is the same script on a CPU machine: every GPU command is parsed by its workload, one small CPU run goes
+through the same runner, checks and report, and the reference checks run on `../shared/traces/hta` when present.
+
+Output folder (`--out`): `runs/<run>/` (traces and run.json, as the workload wrote them), `logs/<run>.log`,
+`summaries/<run>.txt` and `.json` (tracekit), `checks.json`, `gpu_check.md`. Exit status 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import gpu_check_report as report
+import gpu_check_verify as verify
+
+ROOT = Path(__file__).resolve().parents[1]
+HTA_TRACES = ROOT.parent / "shared" / "traces" / "hta"
+# Enough steps to time: profiled steps 3-5 (2, 3, 4 wait/warm up), steps 1 and 6-11 un-profiled.
+TIMED = ("--profile", "--steps", "12", "--wait", "2", "--warmup", "1", "--active", "3", "--timeout-s", "60")
+LOADER = ("--workers", "8", "--pin-memory")  # synthetic 224px images: keep the loader off the critical path
+SMALL = ("--model", "resnet18", "--image-size", "64", "--batch-size", "32", "--workers", "2")  # the sample trace
+RUN_TIMEOUT_S = 150
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    module: str  # workloads.<module>
+    flags: tuple[str, ...]
+    what: str
+    allreduce: bool = True  # all-reduce bytes per step = 4 x trainable params applies
+    gpu: bool = True  # True: compared with HTA (GPU traces)
+    fallback_for: str | None = None  # run only when the named run failed
+    may_refuse: str | None = None  # a failure whose output holds this (lower case) is expected: n/a, not fail
+
+    @property
+    def argv(self) -> list[str]:
+        return [f"workloads.{self.module}", *self.flags]
+
+
+GPU_PLAN = (
+    Plan("resnet-fp32", "resnet", (*TIMED, *LOADER), "ResNet-50, NCCL, world size 1, fp32"),
+    Plan("resnet-bf16", "resnet", (*TIMED, *LOADER, "--amp", "bf16"), "the same, --amp bf16"),
+    Plan("resnet-bf16-cl", "resnet", (*TIMED, *LOADER, "--amp", "bf16", "--channels-last"), "--amp bf16 --channels-last"),
+    Plan("resnet-fp16", "resnet", (*TIMED, *LOADER, "--amp", "fp16"), "--amp fp16 (GradScaler)"),
+    Plan("resnet-fp16-cl", "resnet", (*TIMED, *LOADER, "--amp", "fp16", "--channels-last"), "--amp fp16 --channels-last"),
+    Plan("resnet-dp", "resnet", (*TIMED, *LOADER, "--mode", "dp"), "DataParallel on one GPU", allreduce=False),
+    Plan("gpt", "gpt", TIMED, "GPT-2 small, NCCL, world size 1"),
+    Plan("fsdp", "fsdp", TIMED, "FSDP2 GPT, NCCL, world size 1", allreduce=False),
+    Plan("resnet-2rank-nccl", "resnet", (*TIMED, *SMALL, "--nproc", "2", "--backend", "nccl", "--timeout-s", "30"),
+         "ResNet-18, 2 NCCL ranks on the one GPU", may_refuse="duplicate gpu"),
+    Plan("resnet-2rank-gloo", "resnet", (*TIMED, *SMALL, "--nproc", "2", "--backend", "gloo"),
+         "ResNet-18, 2 gloo ranks on the one GPU (CUDA tensors)", fallback_for="resnet-2rank-nccl"),
+)
+TINY = ("--cpu", "--profile", "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2", "--batch-size", "4",
+        "--nproc", "2", "--model", "resnet18", "--image-size", "32")
+CPU_PLAN = (  # the dry run's mirror of the 2-rank pair: a refused first try, then its fallback
+    Plan("resnet-cpu-nccl", "resnet", (*TINY, "--backend", "nccl"), "dry run: NCCL refused on CPU ranks", gpu=False,
+         may_refuse="--backend nccl runs on gpus"),
+    Plan("resnet-cpu-2rank", "resnet", TINY, "dry run: ResNet-18 on 2 gloo CPU ranks", gpu=False,
+         fallback_for="resnet-cpu-nccl"),
+)
+
+
+@dataclass
+class Result:
+    plan: Plan
+    ran: bool = False
+    returncode: int | None = None
+    seconds: float = math.nan
+    note: str = ""
+    run_json: dict = field(default_factory=dict)
+    checks: dict[str, verify.Check] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return any(c.status == verify.FAIL for c in self.checks.values())
+
+
+def available(plan: Plan) -> bool:
+    return (ROOT / "workloads" / f"{plan.module}.py").exists()
+
+
+def parse_check(plan: Plan) -> verify.Check:
+    """The workload's own parser accepts the command (its flags, values and combinations)."""
+    module = importlib.import_module(f"workloads.{plan.module}")
+    try:
+        module.parse_config(list(plan.flags))
+    except SystemExit as e:
+        return verify.Check(verify.FAIL, f"rejected (exit {e.code}): python -m {' '.join(plan.argv)}")
+    return verify.Check(verify.PASS, "parses")
+
+
+def execute(plan: Plan, out: Path) -> Result:
+    """Run one workload into out/runs/<name>, its output into out/logs/<name>.log."""
+    result = Result(plan)
+    run_dir, log = out / "runs" / plan.name, out / "logs" / f"{plan.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", *plan.argv, "--out", str(run_dir), "--force"]
+    print(f"[gpu_check] {plan.name}: {' '.join(cmd[1:])}", flush=True)
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        result.returncode, text = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as e:
+        result.returncode, text = -1, f"{e.stdout or ''}{e.stderr or ''}\ntimed out after {RUN_TIMEOUT_S} s"
+    result.seconds, result.ran = time.monotonic() - t0, True
+    log.write_text(f"$ {' '.join(cmd)}\n{text}")
+    ok = result.returncode == 0 and (run_dir / "run.json").exists()
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    status = verify.PASS if ok else verify.NA if plan.may_refuse and plan.may_refuse in text.lower() else verify.FAIL
+    result.checks["exit"] = verify.Check(status, f"exit {result.returncode} in {result.seconds:.0f} s"
+                                         + ("" if ok else f" ({'refused, as expected' if status == verify.NA else 'failed'}): {last}"))
+    if ok:
+        result.run_json = json.loads((run_dir / "run.json").read_text())
+    return result
+
+
+def analyse(result: Result, out: Path) -> Result:
+    """tracekit reads the run; comm kernels, all-reduce bytes and HTA agreement are checked."""
+    import tracekit
+
+    plan, run_dir = result.plan, out / "runs" / result.plan.name
+    try:
+        s = tracekit.summarize(run_dir, cache=False, workers=2)
+    except Exception as e:
+        result.checks["summarize"] = verify.Check(verify.FAIL, f"{type(e).__name__}: {e}")
+        return result
+    (out / "summaries").mkdir(exist_ok=True)
+    (out / "summaries" / f"{plan.name}.txt").write_text(str(s))
+    (out / "summaries" / f"{plan.name}.json").write_text(s.to_json())
+    ranks = sorted(s.ranks["rank"])
+    world = result.run_json["world_size"]
+    result.checks["summarize"] = verify.Check(verify.PASS if ranks == list(range(world)) else verify.FAIL,
+                                              f"ranks {ranks} of world size {world}")
+    result.checks["comm kernels"] = verify.check_comm_kernels(s, run_dir)
+    nccl_seen = result.checks["comm kernels"].status == verify.PASS
+    result.checks["all-reduce bytes"] = (verify.check_allreduce_bytes(s, result.run_json, nccl_seen) if plan.allreduce
+                                         else verify.Check(verify.NA, "no DDP all-reduce in this mode"))
+    result.checks["HTA agreement"] = (verify.check_hta(s, verify.trace_files(run_dir)) if plan.gpu
+                                      else verify.Check(verify.NA, "CPU-only traces: HTA reads GPU traces only"))
+    return result
+
+
+def run_plan(plan: tuple[Plan, ...], out: Path) -> list[Result]:
+    results: dict[str, Result] = {}
+    for p in plan:
+        if not available(p):
+            results[p.name] = Result(p, note=f"skipped: workloads/{p.module}.py does not exist yet")
+            continue
+        first = results.get(p.fallback_for) if p.fallback_for else None
+        if p.fallback_for and (first is None or not first.ran or first.checks["exit"].status == verify.PASS):
+            results[p.name] = Result(p, note=f"skipped: only needed when {p.fallback_for} fails")
+            continue
+        results[p.name] = execute(p, out)
+    ran = [r for r in results.values() if r.run_json]
+    with ProcessPoolExecutor(max_workers=min(4, len(ran) or 1)) as pool:  # after the runs: their timings stay clean
+        for done in pool.map(analyse, ran, [out] * len(ran)):
+            results[done.plan.name] = done
+    return list(results.values())
+
+
+def reference_checks() -> dict[str, verify.Check]:
+    """The checks on real GPU traces from ../shared (dry run: the code paths a GPU run takes)."""
+    import tracekit
+
+    if not HTA_TRACES.is_dir():
+        return {"reference traces": verify.Check(verify.NA, f"{HTA_TRACES} not found")}
+    nccl = HTA_TRACES / "nccl_a100_2rank"
+    s = tracekit.summarize(nccl, cache=False, workers=1)
+    kernels = verify.nccl_kernels(next(nccl.glob("*.json.gz")))
+    names = s.collectives["name"].value_counts()
+    missing = {n: c for n, c in kernels.items() if names.get(n, 0) < c}
+    comm = verify.Check(verify.FAIL if missing or not kernels else verify.PASS,
+                        f"nccl_a100_2rank: {sum(kernels.values())} NCCL kernels, not read as comm: {missing or 'none'}")
+    alexnet = HTA_TRACES / "alexnet_1gpu"
+    hta = verify.check_hta(tracekit.summarize(alexnet, cache=False, workers=1), sorted(alexnet.glob("*.json.gz")))
+    return {"comm kernels (nccl_a100_2rank)": comm, "HTA agreement (alexnet_1gpu)": hta}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gpu_check", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/gpu_check", help="output folder (replaced if it holds a gpu_check)")
+    ap.add_argument("--dry-run", action="store_true", help="CPU machine: parse the GPU commands, one small CPU run")
+    args = ap.parse_args(argv)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    import torch
+
+    if not args.dry_run and not torch.cuda.is_available():
+        print("gpu_check: error: no CUDA GPU here; use --dry-run on a CPU machine", file=sys.stderr)
+        return 2
+    parses = {p.name: parse_check(p) if available(p) else verify.Check(verify.NA, f"no workloads/{p.module}.py")
+              for p in GPU_PLAN}
+    results = run_plan(CPU_PLAN if args.dry_run else GPU_PLAN, out)
+    extra = reference_checks() if args.dry_run else {}
+    text = report.markdown(results, parses, extra, dry_run=args.dry_run, seconds=time.monotonic() - t0)
+    (out / "gpu_check.md").write_text(text)
+    (out / "checks.json").write_text(json.dumps(
+        {"dry_run": args.dry_run, "parses": {k: asdict(v) for k, v in parses.items()},
+         "reference": {k: asdict(v) for k, v in extra.items()},
+         "runs": [{"name": r.plan.name, "command": "python -m " + " ".join(r.plan.argv), "ran": r.ran, "note": r.note,
+                   "returncode": r.returncode, "seconds": r.seconds, "run_json": r.run_json,
+                   "checks": {k: asdict(v) for k, v in r.checks.items()}} for r in results]}, indent=2) + "\n")
+    print(text)
+    failed = [n for n, c in {**parses, **extra}.items() if c.status == verify.FAIL] + \
+             [r.plan.name for r in results if r.failed]
+    print(f"[gpu_check] {out}: {'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'}"
+          f" ({time.monotonic() - t0:.0f} s)", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
