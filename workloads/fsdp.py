@@ -38,11 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 
 from workloads import gpt, training
 from workloads.config import ConfigError, base_parser, build
-from workloads.data import SyntheticTokens
 from workloads.gpt_model import GPT
 
 MP_MODES = ("off", "bf16")
@@ -89,11 +87,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[FSDPConfig, str]:
     return cfg, summary
 
 
-# ----------------------------------------------------------------------------------------------- hooks
-
-def build_model(cfg: FSDPConfig) -> torch.nn.Module:
-    return GPT(cfg.shape)
-
+# ----------------------------------------------------------------------------------------------- sharding
 
 def shard(model: GPT, cfg: FSDPConfig, rank: training.Rank) -> torch.nn.Module:
     """`fully_shard` each block, then the root; wire the explicit prefetch of --prefetch blocks."""
@@ -118,21 +112,9 @@ def shard(model: GPT, cfg: FSDPConfig, rank: training.Rank) -> torch.nn.Module:
     return model
 
 
-def make_dataset(cfg: FSDPConfig, samples: int) -> torch.utils.data.Dataset:
-    return SyntheticTokens(samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
-
-
-def lm_loss(model: torch.nn.Module, batch, cfg: FSDPConfig) -> torch.Tensor:
-    x, y = batch
-    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-
-
-def adamw(params, cfg: FSDPConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1)
-
-
-WORKLOAD = training.Workload(name="fsdp", model=build_model, wrap=shard, dataset=make_dataset, loss=lm_loss,
-                             optimizer=adamw)
+# The model, data, loss and optimizer are workloads.gpt's: only the wrapping differs, so DDP and FSDP runs compare.
+WORKLOAD = training.Workload(name="fsdp", model=gpt.build_model, wrap=shard, dataset=gpt.make_dataset,
+                             loss=gpt.lm_loss, optimizer=gpt.adamw)
 
 
 def main(argv: list[str] | None = None) -> None:
