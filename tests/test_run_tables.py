@@ -99,3 +99,44 @@ def test_a_dtype_nobody_knows_has_unknown_size():
     from tracekit.collectives import dtype_bytes
     assert dtype_bytes("c10::BFloat16") == 2 and dtype_bytes("unsigned char") == 1
     assert math.isnan(dtype_bytes("QuantizedInt4x2")) and math.isnan(dtype_bytes(None))
+
+
+# --- how a missing call is described -------------------------------------------------------------------------------
+
+def _missing(s):
+    rows = s.mismatches[s.mismatches["kind"] == "missing"]
+    assert len(rows) == 1, s.mismatches.to_dict("records")
+    return rows.iloc[0]
+
+
+def test_missing_call_with_seq_is_placed_by_seq(tmp_path):
+    base = [step(i + 1, i * 1000, 1000) for i in range(3)]
+    s = summarize(tmp_path, {0: base + [_ar(100) | {"args": {**_ar(100)["args"], "Seq": 1}},
+                                        _ar(300) | {"args": {**_ar(300)["args"], "Seq": 2}}],
+                             1: base + [_ar(100) | {"args": {**_ar(100)["args"], "Seq": 1}}]})
+    row = _missing(s)
+    assert (row["position"], row["ranks"], row["detail"]) == ("Seq 2", [1], "a 4000 B call present on ranks [0] only")
+
+
+def test_missing_call_of_unknown_size_outside_steps(tmp_path):
+    def gloo(ts):
+        return {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 100, "tid": 9, "ts": ts,
+                "dur": 50, "args": {}}
+    base = [step(i + 1, 1000 + i * 1000, 1000, tid=1) for i in range(3)] + [gloo(1100)]
+    row = _missing(summarize(tmp_path, {0: base + [gloo(100)], 1: base}))
+    assert (row["position"], row["detail"]) == ("outside steps", "a call of unknown size present on ranks [0] only")
+
+
+def test_step_zero_is_a_step(tmp_path):
+    base = [step(i, i * 1000, 1000) for i in range(3)]  # ProfilerStep#0, #1, #2
+    row = _missing(summarize(tmp_path, {0: base + [_ar(100), _ar(300)], 1: base + [_ar(100)]}))
+    assert row["position"] == "step 0"
+
+
+def test_order_mismatch_rows_have_no_match_id(tmp_path):
+    nccl_ar, nccl_bc = "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ncclDevKernel_Broadcast_RING_LL"
+    base = [step(i + 1, i * 1000, 1000) for i in range(3)]
+    s = summarize(tmp_path, {
+        0: base + [kernel(nccl_ar, 100, 50, stream=20, **AR), kernel(nccl_bc, 200, 50, stream=20, **BC)],
+        1: base + [kernel(nccl_bc, 100, 50, stream=20, **BC), kernel(nccl_ar, 200, 50, stream=20, **AR)]})
+    assert s.mismatches.loc[s.mismatches["kind"] == "order", "match_id"].tolist() == [-1]  # -1: not one collective
