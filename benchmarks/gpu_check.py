@@ -32,6 +32,7 @@ TIMED = ("--profile", "--steps", "12", "--wait", "2", "--warmup", "1", "--active
 LOADER = ("--workers", "8", "--pin-memory")  # synthetic 224px images: keep the loader off the critical path
 SMALL = ("--model", "resnet18", "--image-size", "64", "--batch-size", "32", "--workers", "2")  # the sample trace
 RUN_TIMEOUT_S = 150
+RUNS_BUDGET_S = 360  # runs start only within this; analysis (HTA) follows, so the whole check ends by ~8 min
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def parse_check(plan: Plan) -> verify.Check:
     return verify.Check(verify.PASS, "parses")
 
 
-def execute(plan: Plan, out: Path) -> Result:
+def execute(plan: Plan, out: Path, timeout_s: float = RUN_TIMEOUT_S) -> Result:
     """Run one workload into out/runs/<name>, its output into out/logs/<name>.log."""
     result = Result(plan)
     run_dir, log = out / "runs" / plan.name, out / "logs" / f"{plan.name}.log"
@@ -112,10 +113,10 @@ def execute(plan: Plan, out: Path) -> Result:
     print(f"[gpu_check] {plan.name}: {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
     try:
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
         result.returncode, text = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as e:
-        result.returncode, text = -1, f"{e.stdout or ''}{e.stderr or ''}\ntimed out after {RUN_TIMEOUT_S} s"
+        result.returncode, text = -1, f"{_text(e.stdout)}{_text(e.stderr)}\ntimed out after {timeout_s:.0f} s"
     result.seconds, result.ran = time.monotonic() - t0, True
     log.write_text(f"$ {' '.join(cmd)}\n{text}")
     ok = result.returncode == 0 and (run_dir / "run.json").exists()
@@ -154,9 +155,19 @@ def analyse(result: Result, out: Path) -> Result:
     return result
 
 
+def _text(b: bytes | str | None) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else b or ""
+
+
 def run_plan(plan: tuple[Plan, ...], out: Path) -> list[Result]:
     results: dict[str, Result] = {}
+    t0 = time.monotonic()
     for p in plan:
+        left = RUNS_BUDGET_S - (time.monotonic() - t0)
+        if left <= 0:
+            results[p.name] = Result(p, note=f"skipped: the runs' {RUNS_BUDGET_S} s budget was spent; this counts as a failure")
+            results[p.name].checks["exit"] = verify.Check(verify.FAIL, "not run: out of time")
+            continue
         if not available(p):
             results[p.name] = Result(p, note=f"skipped: workloads/{p.module}.py does not exist yet")
             continue
@@ -164,7 +175,7 @@ def run_plan(plan: tuple[Plan, ...], out: Path) -> list[Result]:
         if p.fallback_for and (first is None or not first.ran or first.checks["exit"].status == verify.PASS):
             results[p.name] = Result(p, note=f"skipped: only needed when {p.fallback_for} fails")
             continue
-        results[p.name] = execute(p, out)
+        results[p.name] = execute(p, out, timeout_s=min(RUN_TIMEOUT_S, left + 60))
     ran = [r for r in results.values() if r.run_json]
     with ProcessPoolExecutor(max_workers=min(4, len(ran) or 1)) as pool:  # after the runs: their timings stay clean
         for done in pool.map(analyse, ran, [out] * len(ran)):
