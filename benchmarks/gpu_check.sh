@@ -63,11 +63,11 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 status=0
-"$PY" benchmarks/gpu_check.py "${args[@]}" || status=$?
+"$PY" benchmarks/gpu_check.py ${args[@]+"${args[@]}"} || status=$?
 
 if [[ -n $pack ]]; then
     out=$("$PY" -c "import sys; from pathlib import Path; a=sys.argv[1:]; \
-print(Path(a[a.index('--out')+1] if '--out' in a else 'runs/gpu_check').resolve())" "${args[@]}")
+print(Path(a[a.index('--out')+1] if '--out' in a else 'runs/gpu_check').resolve())" ${args[@]+"${args[@]}"})
     mkdir -p "$pack"
     cp "$out/gpu_check.md" "$out/checks.json" "$pack/" 2>/dev/null || true
     tar -czf "$pack/results.tar.gz" -C "$out" logs summaries $(cd "$out" && ls runs/*/run.json 2>/dev/null) \
