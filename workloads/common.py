@@ -75,7 +75,7 @@ def main(train: Callable[[Rank, Any], None], cfg: TrainConfig, name: str, summar
         _check_machine(cfg)
         if cfg.out is None:  # under torchrun every rank makes one; rank 0's wins in `_run_rank`
             cfg = replace(cfg, out=default_out(name))
-        elif os.environ.get("RANK", "0") == "0":
+        if os.environ.get("RANK", "0") == "0":
             claim_out(Path(cfg.out), force=cfg.force)
         announce(f"{prog}: {machine(cfg)}; {summary}")
         _launch(train, cfg)
