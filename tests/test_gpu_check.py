@@ -132,3 +132,18 @@ def test_report_speedups_and_overhead_are_ratios_of_run_json_throughput():
     assert "--amp bf16 vs fp32 2.00x (within the claim)" in md
     assert "--amp bf16 --channels-last vs fp32 3.00x (above the claim)" in md
     assert "| `resnet-fp32` | ResNet-50, NCCL, world size 1, fp32 | 1 x nccl | 300.0 | 200.0 | 50.0% |" in md
+
+
+def test_a_fallback_runs_only_when_the_first_try_did_not_pass_and_no_run_starts_out_of_time(monkeypatch, tmp_path):
+    first = gpu_check.Plan("first", "resnet", (), "first try")
+    second = gpu_check.Plan("second", "resnet", (), "fallback", fallback_for="first")
+    for first_exit, second_runs in (("pass", False), ("n/a", True), ("fail", True)):
+        def fake(plan, out, timeout_s, status=first_exit):
+            exit_status = status if plan.name == "first" else "pass"
+            return gpu_check.Result(plan, ran=True, returncode=0, checks={"exit": verify.Check(exit_status, "")})
+        monkeypatch.setattr(gpu_check, "execute", fake)
+        results = {r.plan.name: r for r in gpu_check.run_plan((first, second), tmp_path)}
+        assert results["second"].ran is second_runs, first_exit
+    monkeypatch.setattr(gpu_check, "RUNS_BUDGET_S", 0)
+    results = gpu_check.run_plan((first,), tmp_path)
+    assert not results[0].ran and results[0].failed  # a run the budget left out fails the check
