@@ -86,10 +86,12 @@ def parse_config(argv: list[str] | None = None) -> tuple[GPTConfig, str]:
 # ------------------------------------------------------------------------------------ model and training
 
 def build_model(cfg: GPTConfig) -> torch.nn.Module:
+    """The GPT of the configured shape."""
     return GPT(cfg.shape)
 
 
 def make_dataset(cfg: GPTConfig, samples: int) -> SyntheticTokens:
+    """`samples` synthetic token sequences."""
     return SyntheticTokens(samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
 
 
@@ -100,6 +102,7 @@ def lm_loss(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], cf
 
 
 def adamw(params, cfg: GPTConfig) -> torch.optim.Optimizer:
+    """AdamW at --lr with weight decay 0.1."""
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1)
 
 

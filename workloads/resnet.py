@@ -104,22 +104,27 @@ def make_dataset(cfg: ResNetConfig, samples: int) -> torch.utils.data.Dataset:
 # ------------------------------------------------------------------------------------ model and training
 
 def build_model(cfg: ResNetConfig) -> nn.Module:
+    """The torchvision ResNet, with as many classes as the data, in channels-last with --channels-last."""
     model = torchvision.models.get_model(cfg.model, num_classes=_classes(cfg))
     return model.to(memory_format=_memory_format(cfg))
 
 
 def images_to_device(batch: tuple[torch.Tensor, torch.Tensor], cfg: ResNetConfig, rank: Rank):
+    """Images (in the model's memory format) and labels on the rank's device."""
     images, labels = batch
     return (images.to(rank.device, non_blocking=True, memory_format=_memory_format(cfg)),
             labels.to(rank.device, non_blocking=True))
 
 
-def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], cfg: ResNetConfig) -> torch.Tensor:
+def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor],
+                        cfg: ResNetConfig) -> torch.Tensor:
+    """Cross-entropy of the model's logits against the labels."""
     images, labels = batch
     return nn.functional.cross_entropy(model(images), labels)
 
 
 def sgd(params, cfg: ResNetConfig) -> torch.optim.Optimizer:
+    """SGD with momentum 0.9 and weight decay 5e-5 at --lr."""
     return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=5e-5)
 
 
