@@ -73,6 +73,11 @@ class TrainConfig:
                "--straggler-rank and --straggler-ms go together")
 
     @property
+    def parallelism(self) -> str:
+        """What run.json records as the mode: ``ddp`` or ``dp`` here; a sharding workload says ``fsdp``."""
+        return self.mode
+
+    @property
     def profiled_steps(self) -> range:
         """Optimizer steps the profiler records; step i is `ProfilerStep#i` in the trace."""
         start = self.wait + self.warmup

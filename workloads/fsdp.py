@@ -53,6 +53,10 @@ class FSDPConfig(gpt.GPTConfig):
     prefetch: int = 1
     mp: str = "off"
 
+    @property
+    def parallelism(self) -> str:
+        return "fsdp"
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mode != "ddp":

@@ -135,7 +135,7 @@ def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.
         "config": asdict(cfg),
         "world_size": rank.world_size,
         "backend": rank.backend,
-        "mode": cfg.mode,
+        "mode": cfg.parallelism,
         "devices": list(rank.device_names),
         "versions": _versions(),
         "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
