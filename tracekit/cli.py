@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tracekit", description="Where the step time of a PyTorch DDP job goes.")
     parser.add_argument("--version", action="version", version=f"tracekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_summarize, _add_compare, _add_report, _add_cache, _add_whatif):
+    for add in (_add_summarize, _add_compare, _add_report, _add_cache, _add_whatif, _add_export):
         add(commands)
     return parser
 
@@ -176,6 +176,41 @@ def _whatif(args) -> int:
                                                    .to_dict("records")).decode(), args.indent))
     else:
         sys.stdout.write(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}") + "\n")
+    return 0
+
+
+# --- export ---------------------------------------------------------------------------------------------------------
+
+def _add_export(commands) -> None:
+    cmd = commands.add_parser("export", help="write the run as one Perfetto (Trace Event Format) JSON file",
+                              description="One trace for ui.perfetto.dev: every rank its own process on the corrected "
+                                          "clock, collectives and the critical path linked by flow arrows, idle and "
+                                          "exposed comm as counters (tracekit.export). An existing file is never "
+                                          "replaced without --force.")
+    cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
+    cmd.add_argument("-o", "--output", default="run.json", help="JSON file to write (default: run.json)")
+    cmd.add_argument("--force", action="store_true", help="replace the output file when it exists")
+    _add_window_option(cmd)
+    _add_scale_options(cmd)
+    cmd.set_defaults(run=_export)
+
+
+def _export(args) -> int:
+    """Refuse to replace a file before any work, then summarize, read the ranks' events again and write."""
+    from tracekit.export import export_trace, rank_events, write
+
+    out = Path(args.output)
+    if out.is_dir() or (out.exists() and not args.force):
+        return _fail(f"{out} exists; pass --force to replace it")
+    result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
+    trace = export_trace(result, rank_events(result))
+    try:
+        write(trace, out, force=args.force)
+    except FileExistsError:
+        return _fail(f"{out} exists; pass --force to replace it")
+    except OSError as err:
+        return _fail(f"{out}: {err.strerror or err}")
+    print(f"wrote {out} ({len(trace['traceEvents']):,} events, {len(result.ranks)} ranks)")
     return 0
 
 
