@@ -2,6 +2,7 @@
 hand-built 2-host run whose second clock runs 5000 us ahead, counters and flows against the Summary, and a round
 trip through tracekit's own reader (one file per exported process, ``split_ranks``)."""
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -153,8 +154,13 @@ def test_round_trip_same_ranks_same_busy_time(run, tmp_path):
     assert back.collectives["start_us"].tolist() == pytest.approx(summary.collectives["start_us"].tolist(), abs=1e-3)
 
 
-def test_round_trip_of_a_real_gloo_run(tmp_path):
-    folder = ROOT / "sample_traces" / "gpt-gloo-2rank"
+@pytest.mark.parametrize("folder", ["sample_traces/gpt-gloo-2rank", "../shared/traces/hta/nccl_a100_2rank",
+                                    "../shared/traces/hta/sampled_128rank", "../shared/traces/hta/cpu_only_gloo"])
+def test_round_trip_of_real_runs(folder, tmp_path):
+    """CPU (gloo) and GPU (NCCL, sampled ranks) runs read back with the same ranks, busy, comm and step times."""
+    folder = ROOT / folder
+    if not folder.exists():
+        pytest.skip(f"{folder} not here")
     summary = tracekit.summarize(folder, cache=False)
     trace = json.loads(json.dumps(export_trace(summary, rank_events(summary))))
     back = _read_back(trace, tmp_path)
@@ -175,3 +181,14 @@ def test_cli_writes_and_never_replaces_without_force(run, tmp_path, capsys):
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
     fresh = tmp_path / "fresh.json"
     assert main(["export", str(folder), "-o", str(fresh), "--no-cache"]) == 0 and fresh.exists()
+
+
+def test_unknown_counter_values_are_left_out_not_zero(run):
+    summary, _ = run
+    steps = summary.steps.copy()
+    steps.loc[steps.index[0], "exposed_comm_us"] = np.nan  # a step whose exposed comm is unknown
+    trace = export_trace(dataclasses.replace(summary, steps=steps), {})
+    exposed = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "exposed comm"]
+    assert len(exposed) == len(steps) - 1
+    first = steps.iloc[0]
+    assert (int(first["rank"]), float(first["start_us"])) not in {(e["pid"], e["ts"]) for e in exposed}
