@@ -26,6 +26,12 @@ def summary(folder: str, key: tuple) -> tracekit.Summary:
     return tracekit.summarize(folder, **_options(key))
 
 
+@st.cache_resource(max_entries=8, show_spinner="Replaying the run's scenarios…")
+def whatif(folder: str, key: tuple) -> pd.DataFrame:
+    """``tracekit.whatif`` of a run folder's Summary, every scenario (``key``: its ``paths.fingerprint``)."""
+    return tracekit.whatif(summary(folder, key))
+
+
 def _options(key: tuple) -> dict:
     """No on-disk cache (the viewer reads and writes nothing outside its root folders; this module caches in
     memory), and no worker processes for a small run, whose reading takes less time than starting them."""

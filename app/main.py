@@ -26,7 +26,8 @@ from tracekit.errors import TracekitError  # noqa: E402
 VIEWS = REPO / "app" / "views"
 PAGES = (("overview", "Overview", ":material/dashboard:"), ("ranks", "Ranks", ":material/bar_chart:"),
          ("communication", "Communication", ":material/swap_horiz:"), ("idle", "Idle", ":material/hourglass_empty:"),
-         ("timeline", "Timeline", ":material/view_timeline:"), ("compare", "Compare", ":material/compare_arrows:"),
+         ("timeline", "Timeline", ":material/view_timeline:"), ("allranks", "All ranks", ":material/view_agenda:"),
+         ("whatif", "What if", ":material/science:"), ("compare", "Compare", ":material/compare_arrows:"),
          ("fsdp", "FSDP", ":material/view_module:"))
 HAS_FSDP = "tracekit.has_fsdp"  # whether the open run has FSDP units: the FSDP page is listed only then
 UPLOAD_LABEL = "upload"

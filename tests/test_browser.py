@@ -23,7 +23,8 @@ from selenium.webdriver.common.by import By  # noqa: E402
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 SHOTS = REPO / "build" / "screenshots"
 PAGES = {"overview": ("Overview", 0), "ranks": ("Ranks", 2), "communication": ("Communication", 2),
-         "idle": ("Idle", 2), "timeline": ("Timeline", 1), "compare": ("Compare", 1)}
+         "idle": ("Idle", 2), "timeline": ("Timeline", 1), "allranks": ("All ranks", 1), "whatif": ("What if", 1),
+         "compare": ("Compare", 1)}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1500,1100"]
