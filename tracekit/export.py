@@ -102,13 +102,11 @@ def _trace_events(ev: pd.DataFrame, comm_args: pd.DataFrame, rank: int, delta_ns
     names = [{"ph": "M", "name": "thread_name", "pid": rank, "tid": int(t), "ts": 0,
               "args": {"name": f"{'stream' if d else 'thread'} {tid} (pid {pid})"}}
              for t, d, pid, tid in zip(keys["lane"], keys["device"], keys["pid"], keys["tid"])]
-    ts = (ev["ts_ns"].to_numpy() - delta_ns) / 1e3
-    frame = pd.DataFrame({"ph": "X", "cat": ev["cat"].astype(str).to_numpy(), "name": ev["name"].astype(str).to_numpy(),
-                          "pid": rank, "tid": lane, "ts": np.round(ts, 3), "dur": ev["dur_ns"].to_numpy() / 1e3})
-    records = frame.to_dict("records")
-    for rec, args in zip(records, _args(ev, comm_args, np.flatnonzero(ok))):
-        rec["args"] = args
-    return names + records
+    ts = np.round((ev["ts_ns"].to_numpy() - delta_ns) / 1e3, 3).tolist()
+    cols = (ev["cat"].astype(str).tolist(), ev["name"].astype(str).tolist(), lane.tolist(), ts,
+            (ev["dur_ns"].to_numpy() / 1e3).tolist(), _args(ev, comm_args, np.flatnonzero(ok)))
+    return names + [{"ph": "X", "cat": c, "name": n, "pid": rank, "tid": t, "ts": s, "dur": d, "args": a}
+                    for c, n, t, s, d, a in zip(*cols)]
 
 
 def _args(ev: pd.DataFrame, comm_args: pd.DataFrame, rows: np.ndarray) -> list[dict]:
@@ -183,8 +181,9 @@ def _counters(summary: Summary) -> list[dict]:
     g = summary.gaps
     if not g.empty:
         for value, at in ((1, g["start_us"]), (0, g["start_us"] + g["dur_us"])):
-            out += [{"ph": "C", "name": "idle", "pid": int(r), "tid": 0, "ts": float(t), "args": {str(c): value}}
-                    for r, t, c in zip(g["rank"], at.to_numpy(float), g["cause"])]
+            out += [{"ph": "C", "name": "idle", "pid": r, "tid": 0, "ts": t, "args": {c: value}}
+                    for r, t, c in zip(g["rank"].astype(int).tolist(), at.to_numpy(float).tolist(),
+                                       g["cause"].astype(str).tolist())]
     s = summary.steps
     if not s.empty:
         known = s[s["exposed_comm_us"].notna()]
