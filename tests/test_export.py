@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import tracekit
@@ -192,3 +193,42 @@ def test_unknown_counter_values_are_left_out_not_zero(run):
     assert len(exposed) == len(steps) - 1
     first = steps.iloc[0]
     assert (int(first["rank"]), float(first["start_us"])) not in {(e["pid"], e["ts"]) for e in exposed}
+
+
+def test_sublanes_by_hand():
+    from tracekit.export import _sublanes
+
+    # Rank 0: [0,10] opens thread 0; [5,8] overlaps it -> 1; [9,12] reuses 1 (free at 8); [10,11] reuses 0 (free at
+    # 10). Rank 1's [5,8] has its own threads.
+    lanes = _sublanes(np.array([0, 0, 0, 0, 1]), np.array([0, 5, 9, 10, 5.0]), np.array([10, 8, 12, 11, 8.0]))
+    assert lanes.tolist() == [0, 1, 1, 0, 0]
+
+
+def _partial_overlaps(trace) -> int:
+    """Slices of one thread that overlap without nesting (Perfetto would not keep them as drawn)."""
+    frame = pd.DataFrame([(e["pid"], e["tid"], e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
+                          if e["ph"] == "X"], columns=["pid", "tid", "start", "end"])
+    bad = 0
+    for _, lane in frame.groupby(["pid", "tid"]):
+        lane = lane.sort_values(["start", "end"], ascending=[True, False])
+        start, end = lane["start"].to_numpy(), lane["end"].to_numpy()
+        open_ends: list[float] = []
+        for s, e in zip(start, end):
+            while open_ends and open_ends[-1] <= s + 1e-6:
+                open_ends.pop()
+            bad += bool(open_ends and e > open_ends[-1] + 1e-6)
+            open_ends.append(e)
+    return bad
+
+
+def test_slices_of_one_thread_nest_on_runs_with_concurrent_collectives():
+    # resnet-gloo-4rank runs gradient buckets' all-reduces concurrently on gloo's threads: one collectives thread
+    # would hold 16 partly overlapping slices.
+    folder = ROOT / "sample_traces" / "resnet-gloo-4rank"
+    summary = tracekit.summarize(folder, cache=False)
+    trace = export_trace(summary, rank_events(summary))
+    assert _partial_overlaps(trace) == 0
+    tids = {e["tid"] for e in trace["traceEvents"] if e.get("cat") == "tracekit.collective" and e["ph"] == "X"}
+    assert len(tids) > 1  # the concurrent calls went to sub-threads
+    named = {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "X"} <= named

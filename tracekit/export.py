@@ -8,10 +8,11 @@ Per rank (``pid`` = rank, named by ``M`` metadata events), times in us from the 
   - every complete event of the rank's trace (host ops, runtime calls, kernels, memcpys, gloo calls), one thread
     (``tid``) per trace thread or GPU stream, with the args tracekit reads (correlation, External id, stream and the
     collective's name, group, Seq, sizes), so the reader reads the export back (one process per file, see below);
-  - a ``collectives`` thread: each collective as a slice with its ``wait`` and ``transfer`` parts (matched ones),
+  - ``collectives`` threads: each collective as a slice with its ``wait`` and ``transfer`` parts (matched ones),
     and flow arrows (``s``/``f``, ``bp: "e"``) from each rank's call to the next rank to arrive at the same call;
-  - a ``critical path`` thread: the path's events (``summary.critical_path_events``), flow arrows from each to the
+  - ``critical path`` threads: the path's events (``summary.critical_path_events``), flow arrows from each to the
     next along the path of its step (across ranks);
+    (overlapping slices, such as concurrent gloo calls, go to numbered sub-threads: Perfetto needs them to nest);
   - counters (``C``): ``idle`` by cause (1 while a gap of that cause lasts, else 0) and ``exposed comm`` (us per
     step, at the step's start). Unknown values (NaN) are left out, never written as 0.
 The reader takes one rank per file: ``split_ranks`` gives one document per process for that.
@@ -27,8 +28,8 @@ import pandas as pd
 from tracekit.reader import DEVICE_CATEGORIES, read_rank
 from tracekit.summary import Summary
 
-COLLECTIVES_TID = 1_000_000  # the synthetic threads, above any dense trace thread number
-CRITICAL_PATH_TID = 1_000_001
+COLLECTIVES_TID = 1_000_000  # the synthetic threads (+ a sub-thread number), above any dense trace thread number
+CRITICAL_PATH_TID = 2_000_000
 _COMM_ARGS = {"collective": "Collective name", "pg": "Process Group Name", "seq": "Seq", "in_nelems": "In msg nelems",
               "out_nelems": "Out msg nelems", "dtype": "dtype", "group_size": "Group size"}
 
@@ -84,9 +85,7 @@ def _metadata(rank: int, summary: Summary) -> list[dict]:
     def m(name, tid, args):
         return {"ph": "M", "name": name, "pid": rank, "tid": tid, "ts": 0, "args": args}
 
-    return [m("process_name", 0, {"name": f"rank {rank}"}), m("process_sort_index", 0, {"sort_index": rank}),
-            m("thread_name", COLLECTIVES_TID, {"name": "collectives (wait | transfer)"}),
-            m("thread_name", CRITICAL_PATH_TID, {"name": "critical path"})]
+    return [m("process_name", 0, {"name": f"rank {rank}"}), m("process_sort_index", 0, {"sort_index": rank})]
 
 
 def _trace_events(ev: pd.DataFrame, comm_args: pd.DataFrame, rank: int, delta_ns: int) -> list[dict]:
@@ -133,45 +132,74 @@ def _collectives(coll: pd.DataFrame) -> list[dict]:
         return []
     c = coll.reset_index(drop=True)
     start, dur = c["start_us"].to_numpy(float), c["dur_us"].to_numpy(float)
-    wait = c["wait_us"].to_numpy(float)
-    base = {"ph": "X", "cat": "tracekit.collective", "tid": COLLECTIVES_TID}
-    out = [{**base, "name": str(op), "pid": int(r), "ts": float(s), "dur": float(d),
+    wait, rank = c["wait_us"].to_numpy(float), c["rank"].to_numpy()
+    tid = COLLECTIVES_TID + _sublanes(rank, start, start + dur)
+    base = {"ph": "X", "cat": "tracekit.collective"}
+    out = [{**base, "name": str(op), "pid": int(r), "tid": int(t), "ts": float(s), "dur": float(d),
             "args": {"match_id": int(m), "wait_us": None if np.isnan(w) else float(w)}}
-           for op, r, s, d, m, w in zip(c["op"], c["rank"], start, dur, c["match_id"], wait)]
+           for op, r, t, s, d, m, w in zip(c["op"], rank, tid, start, dur, c["match_id"], wait)]
     part = np.flatnonzero(c["matched"].to_numpy(dtype=bool) & ~np.isnan(wait))
     for name, s, d in (("wait", start[part], np.minimum(wait[part], dur[part])),
                        ("transfer", start[part] + np.minimum(wait[part], dur[part]),
                         np.maximum(dur[part] - wait[part], 0))):
-        out += [{**base, "name": name, "pid": int(r), "ts": float(a), "dur": float(b)}
-                for r, a, b in zip(c["rank"].to_numpy()[part], s, d)]
-    m = c.loc[c["matched"].to_numpy(dtype=bool), ["match_id", "rank", "start_us"]].sort_values(["match_id", "start_us"])
-    return out + _flows(m["match_id"].to_numpy(), m["rank"].to_numpy(), m["start_us"].to_numpy(float),
-                        COLLECTIVES_TID, "collective", 0)
+        out += [{**base, "name": name, "pid": int(r), "tid": int(t), "ts": float(a), "dur": float(b)}
+                for r, t, a, b in zip(rank[part], tid[part], s, d)]
+    m = pd.DataFrame({"g": c["match_id"], "rank": rank, "tid": tid, "t": start}).loc[c["matched"].to_numpy(dtype=bool)]
+    m = m.sort_values(["g", "t"], kind="stable")
+    return (out + _thread_names(rank, tid, "collectives (wait | transfer)")
+            + _flows(m["g"].to_numpy(), m["rank"].to_numpy(), m["tid"].to_numpy(), m["t"].to_numpy(), "collective", 0))
 
 
 def _critical_path(path: pd.DataFrame) -> list[dict]:
     if path.empty:
         return []
     p = path.sort_values(["step", "start_us", "end_us"], kind="stable", ignore_index=True)
-    base = {"ph": "X", "cat": "tracekit.critical_path", "tid": CRITICAL_PATH_TID}
-    out = [{**base, "name": str(n), "pid": int(r), "ts": float(s), "dur": float(max(e - s, 0)),
-            "args": {"step": int(st), "kind": str(k), "category": str(cat)}}
-           for n, r, s, e, st, k, cat in zip(p["name"], p["rank"], p["start_us"], p["end_us"], p["step"], p["kind"],
-                                             p["category"])]
-    return out + _flows(p["step"].to_numpy(), p["rank"].to_numpy(), p["start_us"].to_numpy(float), CRITICAL_PATH_TID,
-                        "critical path", 1)
+    start, end, rank = p["start_us"].to_numpy(float), p["end_us"].to_numpy(float), p["rank"].to_numpy()
+    tid = CRITICAL_PATH_TID + _sublanes(rank, start, np.maximum(end, start))
+    out = [{"ph": "X", "cat": "tracekit.critical_path", "name": str(n), "pid": int(r), "tid": int(t), "ts": float(s),
+            "dur": float(max(e - s, 0)), "args": {"step": int(st), "kind": str(k), "category": str(cat)}}
+           for n, r, t, s, e, st, k, cat in zip(p["name"], rank, tid, start, end, p["step"], p["kind"], p["category"])]
+    return (out + _thread_names(rank, tid, "critical path")
+            + _flows(p["step"].to_numpy(), rank, tid, start, "critical path", 1))
 
 
-def _flows(group: np.ndarray, rank: np.ndarray, ts: np.ndarray, tid: int, name: str, kind: int) -> list[dict]:
+def _sublanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row, a sub-thread (0, 1, ...) of its rank on which no two slices overlap: Perfetto keeps slices of one
+    thread only when they nest, and concurrent collectives (gloo's threads) or a kernel that starts before its
+    launch call ends would not. Greedy interval partitioning: a loop over these derived rows (collectives, path
+    events), not over the trace's events."""
+    import heapq
+
+    lane = np.zeros(len(start), dtype=np.int64)
+    free: dict[int, list] = {}  # per rank: heap of (end, sub-thread) of the last slice on each sub-thread
+    for i in np.lexsort((end, start, rank)):
+        heap = free.setdefault(int(rank[i]), [])
+        if heap and heap[0][0] <= start[i]:
+            _, k = heapq.heappop(heap)
+        else:
+            k = len(heap)
+        lane[i] = k
+        heapq.heappush(heap, (end[i], k))
+    return lane
+
+
+def _thread_names(rank: np.ndarray, tid: np.ndarray, name: str) -> list[dict]:
+    used = pd.DataFrame({"pid": rank, "tid": tid}).drop_duplicates()
+    base = int(tid.min()) - int(tid.min()) % 1_000_000 if len(tid) else 0
+    return [{"ph": "M", "name": "thread_name", "pid": int(p), "tid": int(t), "ts": 0,
+             "args": {"name": name if t == base else f"{name} ({t - base + 1})"}}
+            for p, t in zip(used["pid"], used["tid"])]
+
+
+def _flows(group: np.ndarray, rank: np.ndarray, tid: np.ndarray, ts: np.ndarray, name: str, kind: int) -> list[dict]:
     """A flow (``s`` then ``f``) from each row to the next of the same group (rows sorted by group, then time).
     Ids: 2 x (row index) + kind, unique across the two kinds."""
     link = np.flatnonzero(group[1:] == group[:-1])
     out = []
     for i in link:
-        fid = int(2 * i + kind)
-        common = {"cat": f"tracekit.{name}", "name": name, "id": fid, "tid": tid, "bp": "e"}
-        out += [{**common, "ph": "s", "pid": int(rank[i]), "ts": float(ts[i])},
-                {**common, "ph": "f", "pid": int(rank[i + 1]), "ts": float(ts[i + 1])}]
+        common = {"cat": f"tracekit.{name}", "name": name, "id": int(2 * i + kind), "bp": "e"}
+        out += [{**common, "ph": "s", "pid": int(rank[i]), "tid": int(tid[i]), "ts": float(ts[i])},
+                {**common, "ph": "f", "pid": int(rank[i + 1]), "tid": int(tid[i + 1]), "ts": float(ts[i + 1])}]
     return out
 
 
