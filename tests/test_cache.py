@@ -195,6 +195,22 @@ def test_clear_empties_the_folder_and_says_what_it_removed(tmp_path):
     assert cache.info(tmp_path / "missing") == cache.CacheInfo(tmp_path / "missing", 0, 0)
 
 
+def test_clear_and_trim_touch_only_what_the_cache_wrote(tmp_path):
+    """A --cache-dir pointing at a user's folder must not lose their files: only entries this cache wrote go."""
+    (tmp_path / "notes.json").write_text("{}")
+    for name in ("ab", "ab/abcdef", "zz", "data"):  # two-letter folders and a hex-looking one that are not entries
+        (tmp_path / name).mkdir()
+    (tmp_path / "ab" / "abcdef" / "mine.txt").write_text("keep")
+    (tmp_path / "zz" / "f").write_text("keep")
+    tracekit.summarize(GLOO_RUN, workers=1, cache_dir=tmp_path)
+    assert cache.info(tmp_path).entries == 2
+    cache.clear(tmp_path)
+    assert cache.info(tmp_path).entries == 0
+    assert (tmp_path / "notes.json").read_text() == "{}"
+    assert (tmp_path / "ab" / "abcdef" / "mine.txt").read_text() == "keep"
+    assert (tmp_path / "zz" / "f").read_text() == "keep" and (tmp_path / "data").is_dir()
+
+
 def test_a_read_only_cache_still_answers(tmp_path, monkeypatch):
     store = cache.Store(tmp_path / "cache", RankResult)
     path = GLOO_RUN / "rank-0.pt.trace.json.gz"

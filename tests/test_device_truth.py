@@ -306,3 +306,12 @@ def _union(spans):
             total += e - (s if end is None else max(s, end))
             end = e
     return total
+
+
+def test_whatif_of_a_gpu_trace_without_kernels_is_unknown_beyond_the_baseline(tmp_path):
+    """The device's work is unknown, so is any change to it: never a 0 us step and an infinite speedup."""
+    path = write_trace(tmp_path / "rank0.json.gz", range_profiler_rank(),
+                       deviceProperties=[{"id": 0, "name": "NVIDIA B200", "computeMajor": 10}])
+    table = tracekit.whatif(tracekit.summarize(path, cache=False)).set_index("scenario")
+    assert table.loc["baseline", "step_time_us"] == 1000  # the host's steps are measured
+    assert table.drop(index="baseline")[["step_time_us", "speedup", "saving_us", "saving_pct"]].isna().all().all()

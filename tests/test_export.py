@@ -184,6 +184,17 @@ def test_cli_writes_and_never_replaces_without_force(run, tmp_path, capsys):
     assert main(["export", str(folder), "-o", str(fresh), "--no-cache"]) == 0 and fresh.exists()
 
 
+def test_cli_refuses_a_file_inside_the_run_folder_and_a_folder(run, tmp_path, capsys):
+    """An export beside the traces would be read back as one more rank of the run, and a folder is not a file."""
+    folder = two_hosts(tmp_path / "traces")
+    before = sorted(p.name for p in folder.iterdir())
+    assert main(["export", str(folder), "-o", str(folder / "perfetto.json"), "--no-cache"]) == 2
+    assert "inside the run folder" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert main(["export", str(folder), "-o", str(tmp_path), "--no-cache", "--force"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
 def test_unknown_counter_values_are_left_out_not_zero(run):
     summary, _ = run
     steps = summary.steps.copy()

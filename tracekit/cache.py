@@ -147,12 +147,27 @@ def info(cache_dir: str | Path | None = None) -> CacheInfo:
 
 
 def clear(cache_dir: str | Path | None = None) -> CacheInfo:
-    """Delete every entry of the cache folder (the folder itself stays); what was removed."""
+    """Delete every entry of the cache folder (the folder itself stays); what was removed.
+
+    Only what this cache wrote goes: entry folders ``xx/<key>`` holding ``fields.msgpack``, then shard folders left
+    empty. Anything else in the folder (a mistyped ``--cache-dir`` pointing at a user's files) is left untouched."""
     before = info(cache_dir)
-    if before.folder.is_dir():
-        for child in before.folder.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    shards = set()
+    for path, _, _ in _entries(before.folder):
+        shutil.rmtree(path, ignore_errors=True)
+        shards.add(path.parent)
+    for shard in shards:
+        try:
+            shard.rmdir()  # only when empty
+        except OSError:
+            pass
     return before
+
+
+def _is_entry(shard: str, entry: os.DirEntry) -> bool:
+    """A folder this cache wrote: named by a key starting with its shard's name, holding ``fields.msgpack``."""
+    return (entry.name.startswith(shard) and not entry.name.startswith(".") and entry.is_dir()
+            and os.path.isfile(os.path.join(entry.path, "fields.msgpack")))
 
 
 def _entries(folder: Path):
@@ -163,7 +178,7 @@ def _entries(folder: Path):
         if not shard.is_dir() or len(shard.name) != 2:
             continue
         for entry in os.scandir(shard.path):
-            if entry.name.startswith(".") or not entry.is_dir():
+            if not _is_entry(shard.name, entry):
                 continue
             try:
                 size = sum(f.stat().st_size for f in os.scandir(entry.path) if f.is_file())

@@ -15,6 +15,7 @@ import msgspec
 
 from tracekit import __version__
 from tracekit import cache as tracekit_cache
+from tracekit import fmt
 from tracekit.api import summarize
 from tracekit.compare import compare
 from tracekit.errors import TracekitError
@@ -102,8 +103,9 @@ def _report(args) -> int:
     except ImportError as err:
         return _fail(f"'tracekit report' needs plotly ({err.name} missing): pip install 'tracekit[app]'")
     out = Path(args.output)
-    if out.is_dir() or (out.exists() and not args.force):
-        return _fail(f"{out} exists; pass --force to replace it")
+    refused = _refused_output(out, args.force)
+    if refused:
+        return _fail(refused)
     result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
     try:
         write_report(result, out, force=args.force)
@@ -175,8 +177,17 @@ def _whatif(args) -> int:
         sys.stdout.write(_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
                                                    .to_dict("records")).decode(), args.indent))
     else:
-        sys.stdout.write(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}") + "\n")
+        sys.stdout.write(table.to_string(index=False, na_rep=fmt.UNKNOWN, float_format=lambda v: fmt.num(v, 1)) + "\n")
     return 0
+
+
+def _refused_output(out: Path, force: bool) -> str | None:
+    """Why ``out`` may not be written, or None: a folder never is, an existing file only with --force."""
+    if out.is_dir():
+        return f"{out} is a folder; name the file to write with -o"
+    if out.exists() and not force:
+        return f"{out} exists; pass --force to replace it"
+    return None
 
 
 # --- export ---------------------------------------------------------------------------------------------------------
@@ -188,7 +199,8 @@ def _add_export(commands) -> None:
                                           "exposed comm as counters (tracekit.export). An existing file is never "
                                           "replaced without --force.")
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
-    cmd.add_argument("-o", "--output", default="run.json", help="JSON file to write (default: run.json)")
+    cmd.add_argument("-o", "--output", default="perfetto.json",
+                     help="JSON file to write, outside the run folder (default: perfetto.json)")
     cmd.add_argument("--force", action="store_true", help="replace the output file when it exists")
     _add_window_option(cmd)
     _add_scale_options(cmd)
@@ -200,8 +212,12 @@ def _export(args) -> int:
     from tracekit.export import export_trace, rank_events, write
 
     out = Path(args.output)
-    if out.is_dir() or (out.exists() and not args.force):
-        return _fail(f"{out} exists; pass --force to replace it")
+    refused = _refused_output(out, args.force)
+    if not refused and Path(args.trace_dir).is_dir() and out.resolve().parent == Path(args.trace_dir).resolve():
+        refused = (f"{out} is inside the run folder {args.trace_dir}, where it would be read as one more rank of the "
+                   "run; write it elsewhere (-o)")
+    if refused:
+        return _fail(refused)
     result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
     trace = export_trace(result, rank_events(result))
     try:

@@ -62,7 +62,13 @@ def whatif(summary_or_dir, scenarios=SCENARIOS, compute_scale: dict[int, float] 
         from tracekit.api import summarize
 
         summary = summarize(summary_or_dir, **summarize_kwargs)
-    return predict_graph(summary.graph, _window(summary.steps), scenarios, compute_scale)
+    table = predict_graph(summary.graph, _window(summary.steps), scenarios, compute_scale)
+    quality = summary.data_quality
+    if len(quality) and quality["device_events_absent"].astype(bool).any():
+        # A device rank whose kernels were not collected: what the device did is unknown, so is any change to it.
+        changed = (table["scenario"] != "baseline").to_numpy()
+        table.loc[changed, ["step_time_us", "speedup", "saving_us", "saving_pct"]] = np.nan
+    return table
 
 
 def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCENARIOS,
