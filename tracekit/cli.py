@@ -107,14 +107,7 @@ def _report(args) -> int:
     if refused:
         return _fail(refused)
     result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
-    try:
-        write_report(result, out, force=args.force)
-    except FileExistsError:
-        return _fail(f"{out} exists; pass --force to replace it")
-    except OSError as err:
-        return _fail(f"{out}: {err.strerror or err}")
-    print(f"wrote {out}")
-    return 0
+    return _written(out, lambda: write_report(result, out, force=args.force), f"wrote {out}")
 
 
 # --- cache ----------------------------------------------------------------------------------------------------------
@@ -190,6 +183,18 @@ def _refused_output(out: Path, force: bool) -> str | None:
     return None
 
 
+def _written(out: Path, write, done: str) -> int:
+    """Run ``write()``; a file that appeared meanwhile or an OS error is one line and status 2, success prints ``done``."""
+    try:
+        write()
+    except FileExistsError:
+        return _fail(f"{out} exists; pass --force to replace it")
+    except OSError as err:
+        return _fail(f"{out}: {err.strerror or err}")
+    print(done)
+    return 0
+
+
 # --- export ---------------------------------------------------------------------------------------------------------
 
 def _add_export(commands) -> None:
@@ -220,14 +225,8 @@ def _export(args) -> int:
         return _fail(refused)
     result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
     trace = export_trace(result, rank_events(result))
-    try:
-        write(trace, out, force=args.force)
-    except FileExistsError:
-        return _fail(f"{out} exists; pass --force to replace it")
-    except OSError as err:
-        return _fail(f"{out}: {err.strerror or err}")
-    print(f"wrote {out} ({len(trace['traceEvents']):,} events, {len(result.ranks)} ranks)")
-    return 0
+    return _written(out, lambda: write(trace, out, force=args.force),
+                    f"wrote {out} ({len(trace['traceEvents']):,} events, {len(result.ranks)} ranks)")
 
 
 # --- shared options -------------------------------------------------------------------------------------------------
