@@ -225,11 +225,6 @@ def verdict(evidence: pd.DataFrame, which: str) -> pd.DataFrame:
     return evidence[evidence["verdict"] == which].drop(columns="verdict").reset_index(drop=True)
 
 
-def stragglers(coll: pd.DataFrame, steps_in_window: int, alpha: float = STRAGGLER_P) -> pd.DataFrame:
-    """Ranks that pass the binomial test (see ``arrival_evidence``), the most waiting caused first."""
-    return verdict(arrival_evidence(coll, steps_in_window, alpha), "straggler")
-
-
 def _binomial_tail(n: int, k: int, p: float) -> float:
     """P[X >= k] for X ~ Binomial(n, p), summed in log space."""
     if k <= 0:
