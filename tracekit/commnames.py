@@ -1,4 +1,8 @@
-"""Names that say a host op hands work to a collective: the reader, the classifier and the collectives table share them.
+"""Names that say an op is communication: the one definition the reader, classifier, causes and collectives share.
+
+``COMM_ANNOTATION``: a backend's own annotation of a collective (``nccl:all_reduce``, ``gloo:all_reduce``).
+``HOST_COMM_PREFIXES``: what a host op's name starts with when it only hands work to a communication backend.
+``OPS``: the collective kinds of the collectives table, in its category order.
 
 ``c10d::*`` ops (the dispatcher's collectives), and every other op whose name is a collective's in any namespace:
 torch's ``_c10d_functional::all_gather_into_tensor``, ``symm_mem::multimem_all_reduce_``,
@@ -19,3 +23,7 @@ COLLECTIVE_OP = re.compile(rf"(?i)^(?:c10d::|\w[\w.]*::_?{_BEFORE}{_COLLECTIVE}{
 # c10d's ops whose two first inputs are plain tensors take (output, input): _allgather_base_, _reduce_scatter_base_,
 # alltoall_base_. Every other collective op here takes its input first.
 OUTPUT_FIRST_OP = re.compile(r"^c10d::")
+
+COMM_ANNOTATION = re.compile(r"^(nccl|rccl|gloo):")
+HOST_COMM_PREFIXES = ("nccl:", "gloo:", "rccl:", "c10d::", "record_param_comms")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv", "barrier", "other")
