@@ -1,7 +1,7 @@
 """tracekit: where the step time of a PyTorch DDP job goes, from one torch.profiler trace per rank."""
 
-from tracekit.api import summarize
-from tracekit.compare import Comparison, compare
+from tracekit.api import compare, summarize, whatif
+from tracekit.compare import Comparison
 from tracekit.config import Config
 from tracekit.errors import (
     DuplicateRankError,
@@ -15,7 +15,6 @@ from tracekit.errors import (
     TruncatedTraceError,
 )
 from tracekit.findings import Finding
-from tracekit.predict import whatif
 from tracekit.summary import Summary
 
 __all__ = [

@@ -12,6 +12,8 @@ import pandas as pd
 from tracekit import cache as tracekit_cache
 from tracekit import clocks, crossrank, findings, fsdp_findings, metrics
 from tracekit import predict
+from tracekit.compare import Comparison
+from tracekit.compare import compare as compare_summaries
 from tracekit.config import Config
 from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
@@ -60,6 +62,27 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
     if not results:
         raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped))
     return combine(results, skipped, config, source=str(trace_dir), workload_run=read_run_json(trace_dir))
+
+
+def whatif(run: Summary | str | Path, scenarios=predict.SCENARIOS, compute_scale: dict[int, float] | None = None,
+           **summarize_kwargs) -> pd.DataFrame:
+    """``tracekit.predict.whatif`` of a Summary, or of a run folder summarized with ``summarize_kwargs``.
+
+    Example:
+      >>> table = whatif("sample_traces/gpt-gloo-2rank-straggler", ["baseline", "no_straggler"], cache=False)
+      >>> list(table.columns[:3])
+      ['scenario', 'step_time_us', 'speedup']
+    """
+    return predict.whatif(_summary(run, summarize_kwargs), scenarios, compute_scale)
+
+
+def compare(a: Summary | str | Path, b: Summary | str | Path, **summarize_kwargs) -> Comparison:
+    """``tracekit.compare.compare`` of two runs, each a Summary or a run folder summarized with ``summarize_kwargs``."""
+    return compare_summaries(_summary(a, summarize_kwargs), _summary(b, summarize_kwargs))
+
+
+def _summary(run: Summary | str | Path, summarize_kwargs: dict) -> Summary:
+    return run if isinstance(run, Summary) else summarize(run, **summarize_kwargs)
 
 
 def read_run_json(trace_dir: str | Path) -> dict | None:

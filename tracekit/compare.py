@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -51,12 +50,8 @@ class Comparison:
         return header + shown.to_string(index=False) + "\n"
 
 
-def compare(a: Summary | str | Path, b: Summary | str | Path) -> Comparison:
-    """Compare two runs, given as Summaries or as folders to summarize."""
-    from tracekit.api import summarize
-
-    sa = a if isinstance(a, Summary) else summarize(a)
-    sb = b if isinstance(b, Summary) else summarize(b)
+def compare(sa: Summary, sb: Summary) -> Comparison:
+    """Compare two runs' Summaries (``tracekit.compare`` also takes run folders and summarizes them first)."""
     ops = sorted(set(_calls(sa)["op"].astype(str)) | set(_calls(sb)["op"].astype(str)))
     rows, other = _metrics(sa, ops), _metrics(sb, ops)
     names = list(dict.fromkeys([m for m, _ in rows] + [m for m, _ in other]))

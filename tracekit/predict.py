@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -41,27 +40,20 @@ _FIX = {"straggler": ("no_straggler", "removing rank {ranks}'s delay"),
         "host_bound": ("no_host_gaps", "removing host gaps")}
 
 
-def whatif(summary_or_dir, scenarios=SCENARIOS, compute_scale: dict[int, float] | None = None, **summarize_kwargs):
+def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None = None):
     """Predicted mean step time of the run under each scenario, by replaying its dependency graph.
 
+    ``tracekit.whatif`` (``tracekit.api.whatif``) also takes a run folder and summarizes it first.
+
     Args:
-      summary_or_dir: a ``Summary`` or a run folder (summarized with ``summarize_kwargs``).
+      summary: the run's ``Summary``.
       scenarios: names from ``SCENARIOS`` or ``comm_x<k>`` (k > 0).
       compute_scale: rank -> factor applied to the compute nodes' own times in every scenario (e.g. to model a
         run where ranks compute more slowly); None for none.
     Returns a DataFrame: scenario, step_time_us (mean over ranks of the mean window step), speedup (baseline step
     time / this one), saving_us and saving_pct (per step, against the baseline).
 
-    Example:
-      >>> table = whatif("sample_traces/gpt-gloo-2rank-straggler", ["baseline", "no_straggler"], cache=False)
-      >>> list(table.columns[:3])
-      ['scenario', 'step_time_us', 'speedup']
     """
-    summary = summary_or_dir
-    if isinstance(summary_or_dir, (str, Path)):
-        from tracekit.api import summarize
-
-        summary = summarize(summary_or_dir, **summarize_kwargs)
     table = predict_graph(summary.graph, _window(summary.steps), scenarios, compute_scale)
     quality = summary.data_quality
     if len(quality) and quality["device_events_absent"].astype(bool).any():

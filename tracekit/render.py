@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from tracekit import findings as checks
 from tracekit import quality
 from tracekit.fmt import is_unknown, mb, ms, num, pct, share
-from tracekit.summary import Summary
+
+if TYPE_CHECKING:  # a Summary is only read here; summary.py imports this module for Summary.__str__
+    from tracekit.summary import Summary
 
 
 def text_report(summary: Summary) -> str:
