@@ -14,7 +14,7 @@ import pytest
 
 import tracekit
 from tracekit.classify import classify
-from tracekit.reader import read_traces
+from tracekit.reader import read_rank
 from tracedata import cpu, kernel, launch, memcpy, step, write_trace
 
 GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8"
@@ -78,8 +78,8 @@ def test_which_unlinked_events_count_as_launched_before_the_trace(tmp_path):
         x("cuda_driver", "cuLaunchKernel", 900, 5, pid=100, correlation=103),
         kernel("triton_poi_fused_add_0", 1450, 50, correlation=103),
     ]
-    traces = read_traces(write_trace(tmp_path / "rank0.json.gz", events))
-    out = classify(traces.events, traces.comm_args).assign(name=lambda d: d["name"].astype(str))
+    _, table, comm_args = read_rank(write_trace(tmp_path / "rank0.json.gz", events), default_rank=0)
+    out = classify(table, comm_args).assign(name=lambda d: d["name"].astype(str))
     dev = out[out["cat"].isin(["kernel", "gpu_memcpy"])].set_index(["name", "ts_ns"])
     early = dev.loc[dev["pre_trace"], :].index.tolist()
     memcpy_name = memcpy(0, 0)["name"]
@@ -246,8 +246,8 @@ def test_an_empty_rank_in_a_folder_is_skipped_and_listed(tmp_path):
 
 def test_device_categories_are_in_the_classified_table(tmp_path):
     # The MTIA rank read through the low-level API: its device events have a kind, its host ops do not.
-    traces = read_traces(write_trace(tmp_path / "rank0.json.gz", mtia_rank()))
-    out = classify(traces.events, traces.comm_args)
+    _, events, comm_args = read_rank(write_trace(tmp_path / "rank0.json.gz", mtia_rank()), default_rank=0)
+    out = classify(events, comm_args)
     kinds = out.groupby(out["cat"].astype(str))["kind"].agg(lambda k: sorted(set(k.dropna().astype(str))))
     assert kinds["mtia_ccp_events"] == ["compute"] and kinds["cpu_op"] == [] and kinds["mtia_runtime"] == []
     assert np.array_equal(out.loc[out["cat"] == "mtia_ccp_events", "launch_ns"].to_numpy(),

@@ -17,9 +17,11 @@ import pytest
 
 import tracekit
 from tracekit import rank, reader
+from tracekit.categories import DEVICE_CATEGORIES
 from tracekit.cli import main
 from tracekit.config import Config
 from tracekit.engine import EngineOptions
+from tracekit.reader import ReadOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-4rank"
@@ -153,6 +155,7 @@ def test_engine_options_are_validated(bad):
 # --- the reader's fast paths read exactly what its general path reads ------------------------------------------
 
 READER_FILES = sorted(GLOO_RUN.glob("rank-*")) + sorted(HTA.glob("*/*.json.gz"))
+CHUNKED = ReadOptions(chunk_above_bytes=0, chunk_events=997)  # every trace decoded in chunks of a prime size
 
 
 def _same_read(a, b) -> None:
@@ -164,11 +167,9 @@ def _same_read(a, b) -> None:
 @pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
 def test_chunked_and_general_decoding_read_the_same(path, monkeypatch):
     fast = reader.read_rank(path, default_rank=0)
-    monkeypatch.setattr(reader, "_CHUNK_ABOVE_BYTES", 0)
-    monkeypatch.setattr(reader, "_CHUNK_EVENTS", 997)
-    _same_read(fast, reader.read_rank(path, default_rank=0))
+    _same_read(fast, reader.read_rank(path, default_rank=0, options=CHUNKED))
 
-    def refuse(data):
+    def refuse(data, options):
         raise reader._Refused
 
     monkeypatch.setattr(reader, "_decode_fast", refuse)
@@ -177,19 +178,17 @@ def test_chunked_and_general_decoding_read_the_same(path, monkeypatch):
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
 @pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
-def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked, monkeypatch):
+def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked):
     """analyze_rank reads a GPU trace without the CPU ops its analysis never looks at; every result is the same."""
-    if chunked:
-        monkeypatch.setattr(reader, "_CHUNK_ABOVE_BYTES", 0)
-        monkeypatch.setattr(reader, "_CHUNK_EVENTS", 997)
-    meta, events, comm_args = reader.read_rank(path, default_rank=0)
-    lean = reader.read_rank(path, default_rank=0, host_ops=rank.reads_host_op)
+    options = CHUNKED if chunked else ReadOptions()
+    meta, events, comm_args = reader.read_rank(path, default_rank=0, options=options)
+    lean = reader.read_rank(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
     assert lean[0] == meta  # dropped events and the first usable start count every event
 
     cpu_op = (events["cat"] == "cpu_op").to_numpy()
     unread = cpu_op & ~events["name"].astype(str).map(rank.reads_host_op).to_numpy()
     unread[comm_args["row"].to_numpy()] = False
-    if not events["cat"].isin(reader.DEVICE_CATEGORIES).any():
+    if not events["cat"].isin(DEVICE_CATEGORIES).any():
         _same_read((meta, events, comm_args), lean)  # a CPU-only trace's ops are its device work: all kept
     elif not chunked:
         assert len(events) - len(lean[1]) == unread.sum()
@@ -197,22 +196,31 @@ def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked, monkeyp
         assert len(events) - len(lean[1]) <= unread.sum()
 
     full = rank.reduce_rank(meta, events, comm_args, Config())
-    result = rank.analyze_rank(path, Config(), default_rank=0)
-    for f in dataclasses.fields(full):
-        left, right = getattr(full, f.name), getattr(result, f.name)
-        if isinstance(left, pd.DataFrame):
-            pd.testing.assert_frame_equal(left, right, obj=f.name)
-        else:
-            assert left == right, f.name
+    results = [rank.analyze_rank(path, Config(), default_rank=0)]  # reads whole, leaving host ops out
+    if chunked:
+        results.append(rank.reduce_rank(*lean, Config()))
+    for result in results:
+        for f in dataclasses.fields(full):
+            left, right = getattr(full, f.name), getattr(result, f.name)
+            if isinstance(left, pd.DataFrame):
+                pd.testing.assert_frame_equal(left, right, obj=f.name)
+            else:
+                assert left == right, f.name
 
 
 @pytest.mark.parametrize("top", ['{"traceEvents": []}', "[]"])
-def test_a_trace_without_events_reads_the_same_whole_and_chunked(top, tmp_path, monkeypatch):
+def test_a_trace_without_events_reads_the_same_whole_and_chunked(top, tmp_path):
     # An empty trace holds nothing to analyse: the same named error, whole or chunked.
     path = tmp_path / "rank0.json"
     path.write_text(top)
     with pytest.raises(tracekit.EmptyTraceError, match="empty trace"):
         tracekit.summarize(path, workers=1, cache=False)
-    monkeypatch.setattr(reader, "_CHUNK_ABOVE_BYTES", 0)
-    with pytest.raises(tracekit.EmptyTraceError, match="empty trace"):
-        tracekit.summarize(path, workers=1, cache=False)
+    for options in (ReadOptions(), ReadOptions(chunk_above_bytes=0)):
+        with pytest.raises(tracekit.EmptyTraceError, match="empty trace"):
+            reader.read_rank(path, default_rank=0, options=options)
+
+
+@pytest.mark.parametrize("bad", [{"chunk_above_bytes": -1}, {"chunk_events": 0}])
+def test_read_options_are_validated(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ReadOptions(**bad)

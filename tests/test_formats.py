@@ -16,7 +16,8 @@ import pytest
 
 import tracekit
 from tracekit.classify import classify
-from tracekit.reader import read_traces
+from tracekit.files import find_trace_files
+from tracekit.reader import read_rank
 from tracedata import cpu, kernel, launch, memcpy, step
 
 NCCL_AR = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
@@ -65,8 +66,8 @@ def one(frame):
 
 
 def kinds(path) -> dict[str, str]:
-    traces = read_traces(path)
-    events = classify(traces.events, traces.comm_args)
+    _, events, comm_args = read_rank(path, default_rank=0)
+    events = classify(events, comm_args)
     dev = events[events["kind"].notna()]
     return dict(zip(dev["name"].astype(str), dev["kind"].astype(str)))
 
@@ -101,14 +102,14 @@ def test_schema_version_present_or_absent(tmp_path, schema):
 
 def test_int_microseconds(tmp_path):
     path = write(tmp_path / "rank0.json", [kernel(GEMM, 1000, 250)])
-    e = one(read_traces(path).events)
+    e = one(read_rank(path, default_rank=0)[1])
     assert (e["ts_ns"], e["dur_ns"]) == (1_000_000, 250_000)
 
 
 def test_float_microseconds_keep_every_nanosecond(tmp_path):
     # Real magnitude (nccl_a100_2rank): 4.4e12 us with 3 decimals still resolves single nanoseconds.
     path = write(tmp_path / "rank0.json", [kernel(GEMM, 4458676524595.135, 0.001), kernel(GEMM, 4458676524595.137, 2.999)])
-    e = read_traces(path).events.sort_values("ts_ns")
+    e = read_rank(path, default_rank=0)[1].sort_values("ts_ns")
     assert e["ts_ns"].tolist() == [4458676524595135, 4458676524595137]
     assert e["dur_ns"].tolist() == [1, 2999]
 
@@ -126,7 +127,7 @@ def test_nanosecond_arithmetic_survives_into_the_summary(tmp_path):
 
 def test_mixed_int_ts_and_float_dur(tmp_path):
     path = write(tmp_path / "rank0.json", [kernel(GEMM, 1000, 2.5), kernel(GEMM, 1003, 0.125)])
-    e = read_traces(path).events.sort_values("ts_ns")
+    e = read_rank(path, default_rank=0)[1].sort_values("ts_ns")
     assert e["ts_ns"].tolist() == [1_000_000, 1_003_000]
     assert e["dur_ns"].tolist() == [2_500, 125]
     assert one(tracekit.summarize(path).ranks)["busy_us"] == pytest.approx(2.625)
@@ -141,8 +142,8 @@ def test_relative_and_absolute_clocks_line_up(tmp_path):
     write(tmp_path / "rank1.json", [kernel(NCCL_AR, base_ns // 1000 + 500, 100, **ar)], rank=1)
     write(tmp_path / "rank2.json", [kernel(NCCL_AR, 1_000_500, 100, **ar)], rank=2,
           baseTimeNanoseconds=base_ns - 1_000_000_000)
-    events = read_traces(tmp_path).events
-    assert events["ts_ns"].tolist() == [base_ns + 500_000] * 3
+    starts = [read_rank(f)[1]["ts_ns"].tolist() for f in find_trace_files(tmp_path)]
+    assert starts == [[base_ns + 500_000]] * 3
     c = tracekit.summarize(tmp_path).collectives
     assert c["rank"].tolist() == [0, 1, 2]
     assert c["start_us"].tolist() == [0.0, 0.0, 0.0]
@@ -194,9 +195,9 @@ def _old_trace():
 
 
 def test_old_category_names_are_normalised(tmp_path):
-    traces = read_traces(write(tmp_path / "rank0.json", _old_trace()))
-    assert len(traces.events) == 9  # the four flow events are not events
-    cats = dict(zip(traces.events["name"].astype(str), traces.events["cat"].astype(str)))
+    _, events, _ = read_rank(write(tmp_path / "rank0.json", _old_trace()), default_rank=0)
+    assert len(events) == 9  # the four flow events are not events
+    cats = dict(zip(events["name"].astype(str), events["cat"].astype(str)))
     assert cats["aten::mm"] == "cpu_op"
     assert cats["cudaLaunchKernel"] == "cuda_runtime"
     assert cats["volta_sgemm_128x64_nn"] == "kernel"
@@ -206,8 +207,8 @@ def test_old_category_names_are_normalised(tmp_path):
 
 
 def test_old_lowercase_external_id_and_launch_link(tmp_path):
-    traces = read_traces(write(tmp_path / "rank0.json", _old_trace()))
-    events = classify(traces.events, traces.comm_args)
+    _, events, comm_args = read_rank(write(tmp_path / "rank0.json", _old_trace()), default_rank=0)
+    events = classify(events, comm_args)
     gemm = one(events[events["name"] == "volta_sgemm_128x64_nn"])
     assert (gemm["external_id"], gemm["correlation"], gemm["kind"]) == (5, 9, "compute")
     assert gemm["step"] == 1  # by its launch at 20, not by its start at 150
@@ -241,14 +242,17 @@ def test_ranks_from_file_names_in_a_folder(tmp_path):
 
 def test_distributed_info_rank_wins_over_file_name(tmp_path):
     path = write(tmp_path / "rank-5.json", [kernel(GEMM, 0, 10)], dist={"rank": 2})
-    assert [m.rank for m in read_traces(path).ranks] == [2]
+    assert read_rank(path, default_rank=0)[0].rank == 2
 
 
 def test_no_rank_anywhere_in_a_folder_is_an_error(tmp_path):
     write(tmp_path / "a.json", [kernel(GEMM, 0, 10)], rank=None)
     write(tmp_path / "b.json", [kernel(GEMM, 0, 10)], rank=None)
+    files = find_trace_files(tmp_path)
+    assert len(files) == 2
     with pytest.raises(tracekit.RankUnknownError):
-        read_traces(tmp_path)
+        for file in files:
+            read_rank(file)  # a folder's files have no default rank
 
 
 def test_distributed_info_rank_only(tmp_path):

@@ -18,7 +18,7 @@ from tracekit.config import Config
 from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
 from tracekit.rank import RankResult
-from tracekit.reader import check_unique_ranks, find_trace_files, is_url
+from tracekit.files import check_unique_ranks, find_trace_files, is_url
 from tracekit.schema import DATA_QUALITY_COLUMNS, RANK_COLUMNS
 from tracekit.summary import Summary
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
-from tracekit.reader import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
+from tracekit.categories import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 
 CAUSES = ("sync", "data", "comm_wait", "host", "other")
 # Host calls that block until the device drains: every *Synchronize, blocking (not *Async) copies and memsets, frees

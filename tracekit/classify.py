@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.commnames import COLLECTIVE_OP
-from tracekit.reader import DEVICE_API, DEVICE_CATEGORIES, RUNTIME_CATEGORIES
+from tracekit.categories import DEVICE_API, DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.schema import KINDS
 
 COMM_KERNEL = re.compile(r"nccl|rccl|hccl|cross_device_reduce|quick_?reduce|(?:one|two)_?shot_?all_?reduce"

@@ -26,8 +26,8 @@ from typing import Any, Callable, Sequence
 from tracekit import cache
 from tracekit.config import Config
 from tracekit.errors import NotATraceError, TraceReadError
+from tracekit.files import is_url
 from tracekit.rank import RankResult, analyze_rank
-from tracekit.reader import is_url
 
 __all__ = ["EngineOptions", "map_ranks", "rank_key", "file_identity", "default_workers", "ENGINES"]
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracekit.reader import DEVICE_CATEGORIES, read_rank
+from tracekit.categories import DEVICE_CATEGORIES
+from tracekit.reader import read_rank
 from tracekit.summary import Summary
 
 COLLECTIVES_TID = 1_000_000  # the synthetic threads (+ a sub-thread number), above any dense trace thread number

@@ -29,7 +29,7 @@ import pandas as pd
 from tracekit import intervals as iv
 from tracekit.collectives import dtype_bytes, normalize_op
 from tracekit.nesting import count_starts_within, innermost
-from tracekit.reader import DEVICE_CATEGORIES
+from tracekit.categories import DEVICE_CATEGORIES
 
 FSDP2 = re.compile(r"^FSDP::(pre_forward|pre_backward|post_forward|all_gather|post_backward_reduce|"
                    r"post_backward_accumulate|post_backward_reshard)(?: \((.*?)\))?(?: \[pg=\d+\])?$")

@@ -32,7 +32,7 @@ from tracekit.causes import DATA_LOADER, SYNC_CALL
 from tracekit.classify import STEP_NAME
 from tracekit import intervals as iv
 from tracekit import schema
-from tracekit.reader import DEVICE_CATEGORIES
+from tracekit.categories import DEVICE_CATEGORIES
 
 NODE_CATS = ("compute", "memory", "comm", "launch", "sync", "data", "host", "marker")
 STREAM_WAIT_NS = 20_000

@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tracekit.classify import STEP_NAME
-from tracekit.reader import DEVICE_CATEGORIES
+from tracekit.categories import DEVICE_CATEGORIES
 
 KIND_COLORS = {"step": "#D3D3D3", "compute": "#4C78A8", "comm": "#E45756", "memory": "#F58518", "idle": "#BAB0AC"}
 LANE_COLUMNS = ("lane", "kind", "start_us", "dur_us", "name", "step")
