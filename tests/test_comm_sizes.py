@@ -229,6 +229,16 @@ def test_gpu_ranks_read_the_ops_that_launch_collectives(name, read):
     assert rank_module.reads_host_op(name) is read
 
 
+def test_the_collectives_table_names_only_the_ops_commnames_lists():
+    from tracekit import collectives
+    from tracekit.commnames import OPS
+
+    assert {op for op, _ in collectives._OP_PATTERNS} <= set(OPS)
+    assert set(collectives._BUS_FACTOR) <= set(OPS)
+    assert {collectives.normalize_op(n) for n in ("nccl:_all_gather_base", "ncclDevKernel_SendRecv", "gloo:barrier",
+                                                  "c10d::alltoall_", "quick_reduce", None)} <= set(OPS)
+
+
 # --- Input Dims forms ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shapes, types, expected", [

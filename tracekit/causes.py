@@ -20,7 +20,9 @@ import pandas as pd
 
 from tracekit import intervals as iv
 from tracekit.categories import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
+from tracekit.commnames import HOST_COMM_PREFIXES
 
+# The one order of the causes: the Summary's idle_<cause>_us columns, the charts' stacks and compare's rows follow it.
 CAUSES = ("sync", "data", "comm_wait", "host", "other")
 # Host calls that block until the device drains: every *Synchronize, blocking (not *Async) copies and memsets, frees
 # (the async stream-ordered cudaFreeAsync excepted) and pinned host allocations, and ops that read a device value.
@@ -28,7 +30,8 @@ SYNC_CALL = re.compile(r"(?i)synchronize$|^(cuda|hip)memcpy(2d|3d|dtoh|htod|dtod
                        r"|^(cuda|hip)(free|freehost|hostfree|freearray|hostalloc|mallochost|hostmalloc)$"
                        r"|^cumem(free|freehost|allochost)(_v2)?$|^aten::(item|_local_scalar_dense)$")
 DATA_LOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
-HOST_COMM = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:|rccl:)|::wait$|^c10d::wait")
+# A host op that hands work to a communication backend, or waits for one (a name that ends in ``::wait``).
+HOST_COMM = re.compile("^(?:" + "|".join(map(re.escape, HOST_COMM_PREFIXES)) + r")|::wait$")
 DATA_PARALLEL_OP = "DataParallel.forward"  # torch.nn.DataParallel's forward: seen only when DataParallel runs
 # DistributedDataParallel's forward and its gradient reducer: seen only when DDP runs (and so communicates).
 DDP_OP = re.compile(r"^DistributedDataParallel\.forward$|^torch\.distributed\.ddp\.reducer::")

@@ -20,12 +20,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tracekit.causes import CAUSES as IDLE_CAUSES  # the one order of the idle causes
+
 COLORS = {
     "compute": "#4C78A8", "overlapped comm": "#72B7B2", "exposed comm": "#E45756", "memory": "#F58518",
     "idle": "#BAB0AC", "idle: host": "#B279A2", "idle: sync": "#FF9DA6", "idle: data": "#9D755D",
     "idle: comm_wait": "#EECA3B", "idle: other": "#BAB0AC", "wait": "#EECA3B", "transfer": "#E45756",
 }
-IDLE_CAUSES = ("host", "sync", "data", "comm_wait", "other")
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
                legend=dict(orientation="h", y=-0.2, traceorder="normal"))
 

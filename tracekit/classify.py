@@ -20,7 +20,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.commnames import COLLECTIVE_OP
+from tracekit.commnames import COLLECTIVE_OP, COMM_ANNOTATION, HOST_COMM_PREFIXES
 from tracekit.categories import DEVICE_API, DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.schema import KINDS
 
@@ -29,10 +29,7 @@ COMM_KERNEL = re.compile(r"nccl|rccl|hccl|cross_device_reduce|quick_?reduce|(?:o
 # Kernels a collective host op launches to copy its input (functional collectives clone it): not communication.
 _COPY_KERNEL = re.compile(r"copy|memcpy|memset|fill", re.IGNORECASE)
 MEMORY_KERNEL = re.compile(r"^(?:hip)?memcpy|^(?:hip)?memset|^dma", re.IGNORECASE)
-COMM_ANNOTATION = re.compile(r"^(nccl|rccl|gloo):")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-# Host ops that only hand work to a communication backend: not compute on a CPU-only trace.
-_COMM_HOST_OP = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:|rccl:)")
 
 
 def step_table(events: pd.DataFrame) -> pd.DataFrame:
@@ -200,11 +197,12 @@ def launch_points(events: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
 
 def _inside(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
     """Whether each point (rank, tid, ts_ns) falls inside one of ``spans`` on the same rank and thread."""
-    return _inside_span(points, spans) >= 0
+    return enclosing_span(points, spans) >= 0
 
 
-def _inside_span(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
-    """For each point (rank, tid, ts_ns): the events-table row of the latest-starting span holding it, or -1."""
+def enclosing_span(points: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """For each point (rank, tid, ts_ns; e.g. ``launch_points``): the events-table row (``spans``' index) of the
+    latest-starting span of ``spans`` (rows of the events table) on its rank and thread that holds it, or -1."""
     left = pd.DataFrame({
         "rank": points["rank"].to_numpy(), "tid": points["tid"].astype(str).to_numpy(),
         "ts_ns": points["ts_ns"].to_numpy(), "_i": np.arange(len(points)),
@@ -236,7 +234,8 @@ def _cpu_device_events(events: pd.DataFrame, on_cpu_rank: np.ndarray) -> tuple[n
         ~events["rank"].isin(events.loc[events["name"].isin(step_names), "rank"]).to_numpy()
         & ~np.isin(key, comm_threads)
     )
-    host_comm = events["name"].isin(names[names.str.match(_COMM_HOST_OP.pattern)
+    # Host ops that only hand work to a communication backend, or are collectives: not compute on a CPU-only trace.
+    host_comm = events["name"].isin(names[names.str.startswith(HOST_COMM_PREFIXES)
                                           | np.array([COLLECTIVE_OP.search(n) is not None for n in names], dtype=bool)])
     host_comm = host_comm.to_numpy()
     compute = on_cpu_rank & training & (events["cat"] == "cpu_op").to_numpy() & ~host_comm & (events["dur_ns"] >= 0).to_numpy()

@@ -21,8 +21,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.classify import COMM_ANNOTATION, _inside_span, launch_points
-from tracekit.commnames import COLLECTIVE_OP, OUTPUT_FIRST_OP
+from tracekit.classify import enclosing_span, launch_points
+from tracekit.commnames import COLLECTIVE_OP, COMM_ANNOTATION, OPS, OUTPUT_FIRST_OP
 
 _OP_PATTERNS = (
     ("barrier", r"barrier"),
@@ -98,8 +98,7 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
     return pd.DataFrame({
         "rank": calls["rank"].to_numpy(),
         "step": calls["step"].to_numpy(),
-        "op": pd.Categorical(op, categories=["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
-                                             "send", "recv", "barrier", "other"]),
+        "op": pd.Categorical(op, categories=list(OPS)),
         "pg": meta["pg"].to_numpy(),
         "seq": meta["seq"].to_numpy(),
         "start_ns": calls["ts_ns"].to_numpy(),
@@ -186,7 +185,7 @@ def _enclosing(events, comm_args, calls, pattern: re.Pattern) -> pd.DataFrame:
     launched = calls.index.to_numpy()[calls["launch_row"].to_numpy() >= 0]
     if len(spans) == 0 or len(launched) == 0:
         return result
-    span_row = _inside_span(launch_points(events, events["launch_row"].to_numpy()[launched]), spans)
+    span_row = enclosing_span(launch_points(events, events["launch_row"].to_numpy()[launched]), spans)
     found = span_row >= 0
     args = comm_args.set_index("row").reindex(span_row[found])
     args["name"] = events["name"].astype(str).to_numpy()[span_row[found]]

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracekit.causes import CAUSES as IDLE_CAUSES  # idle_<cause>_ms add up to idle_ms
 from tracekit.fmt import NOT_APPLICABLE, is_unknown, num
 from tracekit.summary import Summary
 
 PARTS = ("compute_ms", "overlapped_comm_ms", "exposed_comm_ms", "memory_ms", "idle_ms")  # add up to step_time_ms
-IDLE_CAUSES = ("host", "sync", "data", "comm_wait", "other")  # idle_<cause>_ms add up to idle_ms
 
 
 @dataclass(frozen=True)
