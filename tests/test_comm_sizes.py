@@ -14,7 +14,7 @@ import math
 import pytest
 
 import tracekit
-from tracekit import rank as rank_module
+from tracekit.hostops import reads_host_op
 from tracekit.columns import _first_tensor_nelems
 from tracedata import cpu, kernel, launch, write_trace
 
@@ -226,7 +226,7 @@ def test_ops_that_are_not_collectives_launch_compute(tmp_path, host_op):
     ("aten::gather", False), ("symm_mem::fused_all_gather_matmul", False), ("aten::mm", False),
 ])
 def test_gpu_ranks_read_the_ops_that_launch_collectives(name, read):
-    assert rank_module.reads_host_op(name) is read
+    assert reads_host_op(name) is read
 
 
 def test_the_collectives_table_names_only_the_ops_commnames_lists():

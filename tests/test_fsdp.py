@@ -11,7 +11,7 @@ import pytest
 
 import tracekit
 from tests.tracedata import cpu, kernel, launch, write_trace
-from tracekit import fsdp as tk_fsdp
+from tracekit import fsdp_hooks
 from tracekit.nesting import innermost
 from tracekit import fsdp_findings
 from tracekit.schema import FSDP_COLUMNS
@@ -322,7 +322,7 @@ def test_fsdp1_brackets_pair_nested_and_chained_units():
              ("_pre_backward_hook", 100), ("_pre_backward_hook", 110), ("_pre_backward_hook", 120)]
     ann = pd.DataFrame({"row": range(len(hooks)), "api": "fsdp1", "hook": [h for h, _ in hooks], "unit": None,
                         "tid": "1", "step": 1, "start_ns": [t for _, t in hooks], "end_ns": [t + 5 for _, t in hooks]})
-    req = tk_fsdp.requests(ann)
+    req = fsdp_hooks.requests(ann)
     assert list(zip(req["phase"], req["unit"])) == [("forward", "#0"), ("forward", "#1"), ("forward", "#2"),
                                                    ("backward", "#2"), ("backward", "#0"), ("backward", "#1")]
 

@@ -30,6 +30,7 @@ import pandas as pd
 
 from tracekit.causes import DATA_LOADER, SYNC_CALL
 from tracekit.classify import STEP_NAME
+from tracekit.hostops import reads_host_op
 from tracekit import intervals as iv
 from tracekit import schema
 from tracekit.categories import DEVICE_CATEGORIES
@@ -73,8 +74,6 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     on_host_lane = np.isin(lane_key, list(host_lanes))
     host_op = cats.isin(_HOST_CATS).to_numpy().copy()
     if on_gpu:  # only the host ops a GPU rank's reading keeps: the graph must not depend on what it leaves out
-        from tracekit.rank import reads_host_op
-
         kept = np.fromiter((reads_host_op(n) for n in names), dtype=bool, count=len(names))
         host_op &= (cats != "cpu_op").to_numpy() | (kept[name.cat.codes.to_numpy()] & (name.cat.codes.to_numpy() >= 0))
     candidate = on_host_lane & valid & ~is_step & ~is_dev & ~is_comm_cpu & (host_op | (runtime & (launches | sync)))

@@ -14,24 +14,13 @@ import pandas as pd
 
 from tracekit import causes, metrics
 from tracekit import intervals as iv
-from tracekit.classify import COMM_ANNOTATION, STEP_NAME, classify, step_table
+from tracekit.classify import classify, step_table
 from tracekit.collectives import collective_table
-from tracekit.commnames import COLLECTIVE_OP
 from tracekit.config import Config
-from tracekit.fsdp import ANNOTATION as FSDP_ANNOTATION
 from tracekit.fsdp import unit_table as fsdp_unit_table
 from tracekit.graph import rank_graph
+from tracekit.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.reader import RankMeta, read_rank
-
-# The host ops that the analysis of a GPU rank reads, by name. The reader leaves every other CPU op of a GPU trace
-# out of the table (about half its events); a CPU-only trace keeps all, since its ops are the device work.
-_HOST_OPS_READ = (STEP_NAME, COMM_ANNOTATION, COLLECTIVE_OP, causes.HOST_COMM, causes.SYNC_CALL, causes.DATA_LOADER,
-                  FSDP_ANNOTATION, causes.DDP_OP)
-
-
-def reads_host_op(name: str) -> bool:
-    """Whether ``reduce_rank`` looks at a host op of this name on a GPU rank."""
-    return name == causes.DATA_PARALLEL_OP or any(p.search(name) for p in _HOST_OPS_READ)
 
 
 @dataclass(frozen=True)
