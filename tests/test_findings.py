@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import findings
-from tracekit.rank import reads_host_op
+from tracekit import comm_findings, finding
+from tracekit.hostops import reads_host_op
 from tracedata import cpu, kernel, step, write_trace
 
 DDP_KNOBS = ("bucket_cap_mb", "no_sync", "gradient_as_bucket_view", "broadcast_buffers")
@@ -98,13 +98,13 @@ def test_fsdp_like_gathers_get_sharding_advice_once(tmp_path):
 def test_minor_op_gets_no_advice_of_its_own():
     coll = pd.DataFrame({"rank": [0, 0, 0, 1], "op": ["all_reduce", "broadcast", "all_reduce", "all_reduce"],
                          "dur_us": [500.0, 100.0, 400.0, 999.0], "in_window": [True, True, True, True]})
-    shares = findings.op_shares(coll, [0])
+    shares = comm_findings.op_shares(coll, [0])
     assert shares == pytest.approx({"all_reduce": 0.9, "broadcast": 0.1}) and list(shares) == ["all_reduce", "broadcast"]
-    assert findings.dominant_ops(shares) == ["all_reduce"]  # 10% < DOMINANT_OP_SHARE
-    assert findings.dominant_ops({"broadcast": 0.5, "barrier": 0.3, "send": 0.2}) == ["broadcast", "barrier", "send"]
-    assert findings.dominant_ops({"broadcast": 0.81, "barrier": 0.19}) == ["broadcast"]
-    assert findings.op_shares(coll.assign(in_window=False), [0]) == {}
-    assert findings.op_shares(coll.assign(dur_us=0.0), [0]) == {}  # no call time: no shares, not NaN ones
+    assert comm_findings.dominant_ops(shares) == ["all_reduce"]  # 10% < DOMINANT_OP_SHARE
+    assert comm_findings.dominant_ops({"broadcast": 0.5, "barrier": 0.3, "send": 0.2}) == ["broadcast", "barrier", "send"]
+    assert comm_findings.dominant_ops({"broadcast": 0.81, "barrier": 0.19}) == ["broadcast"]
+    assert comm_findings.op_shares(coll.assign(in_window=False), [0]) == {}
+    assert comm_findings.op_shares(coll.assign(dur_us=0.0), [0]) == {}  # no call time: no shares, not NaN ones
 
 
 @pytest.mark.parametrize("op, words", [("reduce_scatter", "backward_prefetch"), ("recv", "micro-batches"),
@@ -113,7 +113,7 @@ def test_minor_op_gets_no_advice_of_its_own():
 def test_each_op_gets_its_own_advice(op, words):
     coll = pd.DataFrame({"rank": [0], "op": [op], "dur_us": [100.0], "in_window": [True]})
     ranks = pd.DataFrame({"rank": [0], "span_us": [1000.0], "exposed_comm_us": [500.0], "ddp": [True]})
-    f = findings._exposed_comm(ranks, coll, None, {})[0]
+    f = comm_findings.exposed_comm(ranks, coll, None, {})[0]
     assert words in f.recommendation and f"{op} 100%" in f.message
     assert op == "other" or "unnamed op" not in f.recommendation
 
@@ -178,7 +178,7 @@ def test_amd_host_bound_and_precision_advice_name_amd_features(tmp_path):
 ])
 def test_gpu_vendor(runtimes, names, vendor):
     ranks = pd.DataFrame({"rank": range(len(runtimes)), "gpu_runtime": runtimes})
-    assert findings.gpu_vendor(ranks, {"device_names": names}) == vendor
+    assert finding.gpu_vendor(ranks, {"device_names": names}) == vendor
 
 
 def test_unknown_vendor_gets_nothing_vendor_specific(tmp_path):
@@ -187,7 +187,7 @@ def test_unknown_vendor_gets_nothing_vendor_specific(tmp_path):
     for base in (0, 1000):
         events += [kernel("gemm_f16", base, 800), comm("all_reduce", base + 800, 200)]
     s = run(tmp_path, {0: events, 1: events})
-    assert s.ranks["gpu_runtime"].isna().all() and findings.gpu_vendor(s.ranks, s.run) is None
+    assert s.ranks["gpu_runtime"].isna().all() and finding.gpu_vendor(s.ranks, s.run) is None
     text = only(s, "exposed_comm").recommendation
     assert not any(word in text for word in ("NVLink", "nvidia-smi", "rocm-smi", "Infinity Fabric", "CUDA", "HIP"))
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tracekit.findings import SEVERITY_ORDER, Finding
+from tracekit.finding import Finding, by_severity
 
 EXPOSED_ALLGATHER_SHARE = (0.05, 0.20)  # medium, high
 BACKWARD_SHARE = 0.3                    # of exposed all-gather in backward: keep the last units unsharded
@@ -37,7 +37,7 @@ LARGER_UNITS_REMEDY = "wrap fewer, larger units (several blocks per fully_shard)
 def merged(findings: tuple, fsdp: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
     """``findings`` and the FSDP findings of ``fsdp`` together, most severe first."""
     found = list(findings) + list(find(fsdp, steps))
-    return tuple(sorted(found, key=lambda f: (SEVERITY_ORDER[f.severity], -f.evidence.get("share", 0.0))))
+    return by_severity(found)
 
 
 def find(fsdp: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
