@@ -65,13 +65,14 @@ import json, sys, time
 from concurrent.futures import ProcessPoolExecutor
 import multiprocessing
 from pathlib import Path
-from tracekit import reader
+from tracekit.files import load_bytes
+from tracekit.kineto import FAST_DECODER
 from tracekit.engine import default_workers
 
 def decode(path):
     t = time.process_time()
-    data = reader._load_bytes(Path(path))   # gunzip (ISA-L inflate, as tracekit reads)
-    reader._FAST.decode(data)               # typed msgspec decode of the fields tracekit uses
+    data = load_bytes(Path(path))         # gunzip (ISA-L inflate, as tracekit reads)
+    FAST_DECODER.decode(data)               # typed msgspec decode of the fields tracekit uses
     return time.process_time() - t
 
 args = json.loads(sys.argv[1])

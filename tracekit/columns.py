@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from tracekit.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
-from tracekit.kineto import _NO_ARGS, _Args, _decode_raw
+from tracekit.kineto import NO_ARGS, Args, decode_raw
 
 # record_shapes is one switch for every op: the first CPU ops of a trace show whether shapes were recorded.
 _SHAPE_PROBE_OPS = 1000
@@ -108,7 +108,7 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
     """
     shapes = _shapes_recorded(events)
     events, left = keep_name.split(events)
-    args = [e.args or _NO_ARGS for e in events]  # the general decoder leaves args None when there are none
+    args = [e.args or NO_ARGS for e in events]  # the general decoder leaves args None when there are none
     cats = _factorized([e.cat for e in events])
     unknown = {c for c in cats[1] if canonical_category(c) not in KNOWN_CATEGORIES}
     name = [e.name for e in events]
@@ -175,9 +175,9 @@ def _categorical(pieces: list[tuple[np.ndarray, list]], relabel=None) -> pd.Cate
     return pd.Categorical.from_codes(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64), categories)
 
 
-def _comm_args(rows: list[int], args: dict[int, _Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:
-    picked = [args[i] or _Args() for i in rows]
-    tensors = [_first_tensor_nelems(_decode_raw(a.input_dims, list), _decode_raw(a.input_type, list)) for a in picked]
+def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:
+    picked = [args[i] or Args() for i in rows]
+    tensors = [_first_tensor_nelems(decode_raw(a.input_dims, list), decode_raw(a.input_type, list)) for a in picked]
     return pd.DataFrame({
         "rank": np.full(len(rows), rank, dtype=np.int32),
         "row": np.asarray(rows, dtype=np.int64),  # the comm call's row in this rank's events table
@@ -194,7 +194,7 @@ def _comm_args(rows: list[int], args: dict[int, _Args | None], names: dict[int, 
     })
 
 
-def _pg(a: _Args):
+def _pg(a: Args):
     value = a.pg_name if a.pg_name is not None else a.pg_id
     return None if value is None else str(value)
 

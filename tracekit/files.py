@@ -1,7 +1,7 @@
 """Trace files and their bytes: finding a run's files (local paths or fsspec URLs), reading one and inflating it,
 the rank its name gives, and refusing two files that claim the same rank.
 
-Nothing here decodes JSON; ``tracekit.reader`` decodes the bytes ``_load_bytes`` returns.
+Nothing here decodes JSON; ``tracekit.reader`` decodes the bytes ``load_bytes`` returns.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def is_url(path: str | Path) -> bool:
     return isinstance(path, str) and "://" in path
 
 
-def _as_path(path: str | Path) -> Path | str:
+def as_path(path: str | Path) -> Path | str:
     return path if is_url(path) else Path(path)
 
 
@@ -82,7 +82,7 @@ def _file_name(path: Path | str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1] if isinstance(path, str) else path.name
 
 
-def _load_bytes(path: Path | str) -> bytes | bytearray:
+def load_bytes(path: Path | str) -> bytes | bytearray:
     try:
         if isinstance(path, str):
             import fsspec  # only URLs need it

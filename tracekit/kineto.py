@@ -1,8 +1,8 @@
 """The JSON of a PyTorch profiler (Kineto / Chrome) trace as msgspec structs: only the fields tracekit reads.
 
 Fields that are not declared here are skipped without being built, which is what makes loading many times faster
-than ``json.load``. Besides the general decoder (``_DECODER``), which names any error, there are fast ones that build
-only complete ("X") events (``_FAST``), keep events undecoded (``_RAW``) or decode one chunk of events (``_CHUNK``);
+than ``json.load``. Besides the general decoder (``TRACE_DECODER``), which names any error, there are fast ones that build
+only complete ("X") events (``FAST_DECODER``), keep events undecoded (``RAW_DECODER``) or decode one chunk of events (``CHUNK_DECODER``);
 ``tracekit.reader`` chooses among them.
 """
 
@@ -16,7 +16,7 @@ _Id = int | str | None
 _Num = int | float | None
 
 
-class _Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False):
     external_id: _Id = msgspec.field(default=None, name="External id")
     external_id_old: _Id = msgspec.field(default=None, name="external id")
     correlation: _Id = None
@@ -42,10 +42,10 @@ class _Event(msgspec.Struct, gc=False):
     tid: _Id = None
     ts: _Num = None
     dur: _Num = None
-    args: _Args | None = None
+    args: Args | None = None
 
 
-class _DistributedInfo(msgspec.Struct, gc=False):
+class DistributedInfo(msgspec.Struct, gc=False):
     rank: _Id = None
     backend: str | None = None
     world_size: _Num = None
@@ -60,13 +60,13 @@ class _DeviceProperties(msgspec.Struct, gc=False):
 
 class _Trace(msgspec.Struct, gc=False):
     traceEvents: list[_Event] | None = None
-    distributedInfo: _DistributedInfo | None = None
+    distributedInfo: DistributedInfo | None = None
     baseTimeNanoseconds: _Num = None
     deviceProperties: list[_DeviceProperties] | None = None
     host_name: str | None = None
 
 
-_DECODER = msgspec.json.Decoder(_Trace | list[_Event])
+TRACE_DECODER = msgspec.json.Decoder(_Trace | list[_Event])
 
 
 def _retyped(struct: type, name: str, types: dict, drop: tuple = (), factories: dict | None = None, **options) -> type:
@@ -84,19 +84,19 @@ def _retyped(struct: type, name: str, types: dict, drop: tuple = (), factories: 
 # without "ph", "args": null) is decoded again by the general decoder above, which also names any error.
 _OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
                  "(", ")")
-_Complete = _retyped(_Event, "_Complete", {"args": _Args}, drop=("ph",), factories={"args": _Args},
+Complete = _retyped(_Event, "Complete", {"args": Args}, drop=("ph",), factories={"args": Args},
                      tag="X", tag_field="ph", gc=False)
-_AnyEvent = Union[(_Complete, *(msgspec.defstruct(f"_Skipped{i}", [], tag=ph, tag_field="ph", gc=False)
+_AnyEvent = Union[(Complete, *(msgspec.defstruct(f"_Skipped{i}", [], tag=ph, tag_field="ph", gc=False)
                                 for i, ph in enumerate(_OTHER_PHASES)))]
-_FAST = msgspec.json.Decoder(_retyped(_Trace, "_FastTrace", {"traceEvents": list[_AnyEvent] | None})
-                             | list[_AnyEvent])
-_RAW = msgspec.json.Decoder(_retyped(_Trace, "_RawTrace", {"traceEvents": list[msgspec.Raw] | None})
-                            | list[msgspec.Raw])
-_CHUNK = msgspec.json.Decoder(list[_AnyEvent])
-_NO_ARGS = _Args()  # what an event without args reads as
+FAST_DECODER = msgspec.json.Decoder(_retyped(_Trace, "_FastTrace", {"traceEvents": list[_AnyEvent] | None})
+                                     | list[_AnyEvent])
+RAW_DECODER = msgspec.json.Decoder(_retyped(_Trace, "_RawTrace", {"traceEvents": list[msgspec.Raw] | None})
+                                   | list[msgspec.Raw])
+CHUNK_DECODER = msgspec.json.Decoder(list[_AnyEvent])
+NO_ARGS = Args()  # what an event without args reads as
 
 
-def _decode_raw(raw, kind):
+def decode_raw(raw, kind):
     """A Raw field (``Input Dims``, ``pg_config``) as a value of type ``kind``; None where absent or not one."""
     if raw is None or len(raw) == 0:
         return None

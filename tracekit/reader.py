@@ -19,8 +19,9 @@ import pandas as pd
 from tracekit.categories import KNOWN_CATEGORIES, device_evidence
 from tracekit.columns import rank_tables
 from tracekit.errors import EmptyTraceError, NotATraceError, NotJSONError, RankUnknownError
-from tracekit.files import _as_path, _load_bytes, rank_in_file_name
-from tracekit.kineto import _CHUNK, _DECODER, _FAST, _RAW, _Complete, _decode_raw, _DistributedInfo
+from tracekit.files import as_path, load_bytes, rank_in_file_name
+from tracekit.kineto import (CHUNK_DECODER, FAST_DECODER, RAW_DECODER, TRACE_DECODER, Complete, DistributedInfo,
+                             decode_raw)
 
 __all__ = ["RankMeta", "ReadOptions", "read_rank"]
 
@@ -81,8 +82,8 @@ def read_rank(path: str | Path, default_rank: int | None = None,
     ``meta.dropped_events`` and ``meta.first_ts_ns`` count every event either way.
     ``options``: how the trace is decoded (chunk sizes); the result does not depend on them.
     """
-    path = _as_path(path)
-    data = _load_bytes(path)
+    path = as_path(path)
+    data = load_bytes(path)
     try:
         return _read(path, data, default_rank, host_ops, options, fast=True)
     except _Refused:
@@ -113,7 +114,7 @@ def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, opt
         device_names=devices,
         compute_major=min(majors) if majors else None,
         host_name=None if isinstance(trace, list) else trace.host_name,
-        pg_config=tuple(_decode_raw(info.pg_config, list) or ()) if info else (),
+        pg_config=tuple(decode_raw(info.pg_config, list) or ()) if info else (),
         dropped_events=dropped,
         first_ts_ns=first_ts_ns,
         rank_source=rank_source,
@@ -129,18 +130,18 @@ def _decode_fast(data: bytes, options: ReadOptions):
     """(trace, chunks of complete events) by the fast decoders; a large trace's chunks are decoded as they are used."""
     try:
         if len(data) > options.chunk_above_bytes:
-            trace = _RAW.decode(data)
+            trace = RAW_DECODER.decode(data)
             raws = trace if isinstance(trace, list) else trace.traceEvents
             if raws is None:
                 raise _Refused
             return trace, _raw_chunks(data, raws, options.chunk_events)
-        trace = _FAST.decode(data)
+        trace = FAST_DECODER.decode(data)
     except msgspec.MsgspecError:
         raise _Refused from None
     events = trace if isinstance(trace, list) else trace.traceEvents
     if events is None:
         raise _Refused
-    return trace, [[e for e in events if type(e) is _Complete]]
+    return trace, [[e for e in events if type(e) is Complete]]
 
 
 def _raw_chunks(data: bytes | bytearray, raws: list, chunk_events: int) -> Iterator[list]:
@@ -161,10 +162,10 @@ def _raw_chunks(data: bytes | bytearray, raws: list, chunk_events: int) -> Itera
 def _complete_events(body) -> list:
     """The complete events of ``body``, a comma-separated run of events."""
     try:
-        events = _CHUNK.decode(b"".join((b"[", body, b"]")))
+        events = CHUNK_DECODER.decode(b"".join((b"[", body, b"]")))
     except msgspec.MsgspecError:
         raise _Refused from None
-    return [e for e in events if type(e) is _Complete]
+    return [e for e in events if type(e) is Complete]
 
 
 def _address(buffer) -> int:
@@ -185,7 +186,7 @@ def _decode_general(path: Path | str, data: bytes):
 
 def _decode(path: Path, data: bytes):
     try:
-        return _DECODER.decode(data)
+        return TRACE_DECODER.decode(data)
     except msgspec.ValidationError as err:
         try:
             msgspec.json.decode(data)
@@ -198,7 +199,7 @@ def _decode(path: Path, data: bytes):
         raise NotJSONError(path, f"not valid JSON ({err})") from None
 
 
-def _rank_of(path: Path, info: _DistributedInfo | None, default_rank: int | None) -> tuple[int, str]:
+def _rank_of(path: Path, info: DistributedInfo | None, default_rank: int | None) -> tuple[int, str]:
     """(rank, where it came from: ``distributedInfo``, ``file name`` or ``only file``)."""
     if info is not None and info.rank is not None:
         try:
