@@ -72,7 +72,7 @@ from tracekit.engine import default_workers
 def decode(path):
     t = time.process_time()
     data = load_bytes(Path(path))         # gunzip (ISA-L inflate, as tracekit reads)
-    FAST_DECODER.decode(data)               # typed msgspec decode of the fields tracekit uses
+    FAST_DECODER.decode(data)             # typed msgspec decode of the fields tracekit uses
     return time.process_time() - t
 
 args = json.loads(sys.argv[1])
