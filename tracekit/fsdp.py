@@ -46,7 +46,8 @@ def unit_table(events: pd.DataFrame, calls: pd.DataFrame, comm_args: pd.DataFram
     col["exposed_ns"] = col["dur_ns"] - iv.covered_within(busy, col["start_ns"], col["end_ns"])
     gathers = ann[ann["hook"] == "all_gather"].assign(prefetch=False, id=lambda a: a.index.to_numpy())
     if (ann["api"] == "fsdp1").any():  # FSDP1 has no all-gather annotation: the innermost hook around the call
-        gathers = pd.concat([gathers, _fsdp1_gathers(ann, col)], ignore_index=True)
+        fsdp1, col = _fsdp1_gathers(ann, col)
+        gathers = pd.concat([gathers, fsdp1], ignore_index=True)
     gathers = gathers.assign(request=_gather_request(gathers, req))
     reduces = ann[ann["hook"].isin(["post_backward_reduce", "_post_backward_hook"])]
     reduces = reduces.assign(id=reduces.index.to_numpy())
@@ -165,17 +166,20 @@ def _gather_bytes(calls, comm_args, family) -> np.ndarray:
     return nbytes
 
 
-def _fsdp1_gathers(ann: pd.DataFrame, col: pd.DataFrame) -> pd.DataFrame:
-    """FSDP1: each all-gather issued inside an FSDP1 hook is its own gather, prefetched when the hook is a prefetch."""
+def _fsdp1_gathers(ann: pd.DataFrame, col: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """FSDP1: each all-gather issued inside an FSDP1 hook is its own gather, prefetched when the hook is a prefetch.
+
+    Returns those gathers and ``col`` with each such call tied to its own gather (a copy; ``col`` is not changed)."""
     mine = col[(col["family"] == "gather") & (col["ann"] >= 0)]
     mine = mine[ann["api"].to_numpy()[mine["ann"].to_numpy()] == "fsdp1"]
     hook = ann["hook"].to_numpy()[mine["ann"].to_numpy()]
     ids = len(ann) + mine.index.to_numpy()
+    col = col.copy()
     col.loc[mine.index, "ann"] = ids  # re-tie each call to its own gather
     return pd.DataFrame({"api": "fsdp1", "hook": "all_gather", "unit": None,
                          "tid": ann["tid"].to_numpy()[mine["ann"].to_numpy()],
                          "step": -1, "start_ns": mine["issue_ns"].to_numpy(), "end_ns": mine["issue_ns"].to_numpy(),
-                         "prefetch": np.char.find(hook.astype(str), "prefetch") >= 0, "id": ids})
+                         "prefetch": np.char.find(hook.astype(str), "prefetch") >= 0, "id": ids}), col
 
 
 def _gather_request(gathers: pd.DataFrame, req: pd.DataFrame) -> np.ndarray:

@@ -48,7 +48,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events
     and its collectives table (``coll`` is a row position in it)."""
     if events.empty:
-        return _empty()
+        return empty_graph()
     rank = int(events["rank"].iloc[0])
     cats = events["cat"].astype("category")
     name = events["name"].astype("category")
@@ -133,7 +133,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     return out[GRAPH_COLUMNS]
 
 
-def _empty() -> pd.DataFrame:
+def empty_graph() -> pd.DataFrame:
     frame = pd.DataFrame({c: pd.Series(dtype=np.int64) for c in GRAPH_COLUMNS})
     return frame.assign(cat=pd.Categorical([], categories=list(NODE_CATS)), name=pd.Categorical([]),
                         in_data=pd.Series(dtype=bool), rank=pd.Series(dtype=np.int32), lane=pd.Series(dtype=np.int32))

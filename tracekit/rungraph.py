@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from tracekit.graph import GRAPH_COLUMNS, NODE_CATS, _empty
+from tracekit.graph import GRAPH_COLUMNS, NODE_CATS, empty_graph
 
 
 def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict[int, int], origin_ns: int) -> pd.DataFrame:
@@ -30,7 +30,7 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
         offset, lanes = offset + len(g), lanes + int(g["lane"].max()) + 1
         coll_offset += int(calls_per_rank.get(rank, 0))
     if not parts:
-        return _empty().assign(group=pd.Series(dtype=np.int64))
+        return empty_graph().assign(group=pd.Series(dtype=np.int64))
     names = union_categoricals([p["name"].astype("category") for p in parts])
     nodes = pd.concat([p.drop(columns=["name"]) for p in parts], ignore_index=True)
     nodes.insert(GRAPH_COLUMNS.index("name"), "name", names)
