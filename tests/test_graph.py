@@ -130,7 +130,7 @@ def test_graph_survives_the_cache(gpu_dir, gpu_run, tmp_path):
     pd.testing.assert_frame_equal(again.graph, gpu_run.graph)
     pd.testing.assert_frame_equal(first.graph, gpu_run.graph)
     pd.testing.assert_frame_equal(again.critical_path, gpu_run.critical_path)
-    assert len(gpu_run.graph) == 2 * 17  # per rank: 3 markers, 2 x (3 launches, 1 sync, 3 kernels)
+    assert len(gpu_run.graph) == 2 * 18  # per rank: 3 step markers, an end marker, 2 x (3 launches, 1 sync, 3 kernels)
 
 
 def test_cli_whatif(gpu_dir, capsys):

@@ -7,6 +7,7 @@ The run (times in ms; both ranks, step k starts at T = 100 (k - 1), ProfilerStep
   gloo thread:             gloo:all_reduce rank 0 [T+21, T+60], rank 1 [T+51, T+60]
 So rank 0 waits for rank 1 (the last arrival) 30 ms at every all-reduce, the transfer takes 9 ms, and both ranks
 resume when it ends. Each step then ends with 30 ms of unrecorded host time before the next ProfilerStep.
+ProfilerStep#3 [200, 210] holds nothing; the graph's end marker sits where it ends.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import tracekit
 from tests.tracedata import cpu, step, write_trace
 from tracekit import replay
+from tracekit.graph import END_MARKER
 from tracekit.predict import straggler_factors
 
 MS = 1000  # trace times are microseconds
@@ -69,8 +71,12 @@ def test_measured_delays_and_tails(gloo_run):
     gloo = names == "gloo:all_reduce"
     np.testing.assert_allclose(model.tail[gloo], 9 * MS * 1e3)           # transfer after the last arrival
     np.testing.assert_allclose(model.delay[gloo], 1 * MS * 1e3)          # 1 ms after its c10d op began
-    later_markers = (g["cat"] == "marker").to_numpy() & (g["step"] > 1).to_numpy()
-    np.testing.assert_allclose(model.delay[later_markers], 30 * MS * 1e3)  # unrecorded host time
+    markers = (g["cat"] == "marker").to_numpy()
+    end = names == END_MARKER
+    np.testing.assert_allclose(model.delay[markers & ~end & (g["step"] > 1).to_numpy()], 30 * MS * 1e3)  # unrecorded
+    # Where ProfilerStep#3 [200, 210] ends: 10 ms after its own marker, as step "4" would begin.
+    assert g.loc[end, "step"].tolist() == [4, 4]
+    np.testing.assert_allclose(model.delay[end], 10 * MS * 1e3)
     start, end = replay.simulate(model)
     np.testing.assert_array_equal(start, model.start)
     np.testing.assert_array_equal(end, model.end)
@@ -88,6 +94,17 @@ def test_scenarios(gloo_run, scenario, step_ms):
     got = table.iloc[1]
     assert got["step_time_us"] == pytest.approx(step_ms * MS, abs=1e-6)
     assert got["speedup"] == pytest.approx(100.0 / step_ms)
+
+
+def test_the_last_step_counts_in_the_all_steps_window(tmp_path):
+    """With every step in the window, step 3 (10 ms, to where its ProfilerStep ends) is replayed too:
+    baseline (100 + 100 + 10) / 3 = 70 ms; no_host_gaps: steps 1-2 lose their 30 ms and step 3 its 10 ms."""
+    for rank in (0, 1):
+        write_trace(tmp_path / f"rank-{rank}.pt.trace.json.gz", _rank_events(rank), rank=rank, backend="gloo")
+    s = tracekit.summarize(tmp_path, window="all_steps", cache=False, workers=1)
+    table = tracekit.whatif(s, ["baseline", "no_host_gaps"]).set_index("scenario")["step_time_us"]
+    assert table["baseline"] == pytest.approx(70 * MS) == s.steps["step_us"].mean()
+    assert table["no_host_gaps"] == pytest.approx((70 + 70 + 0) / 3 * MS)
 
 
 def test_no_straggler(gloo_run):

@@ -5,7 +5,7 @@ across ranks by ``tracekit.rungraph.run_graph`` (collective transfers wait for t
 
 Nodes: device events (kernels, memcpys, memsets; on CPU-only ranks the training thread's innermost ops and gloo's
 collectives), the host calls that matter for time (launches, synchronizations, the DataLoader, the innermost ops of
-the training thread) and one zero-length marker per ``ProfilerStep`` start. Each node lies on one *lane* (a host
+the training thread), one zero-length marker per ``ProfilerStep`` start and one where the last step ends. Each node lies on one *lane* (a host
 thread, a GPU stream, a gloo thread) and lanes run their nodes in order.
 
 Edges (node columns, -1 when absent):
@@ -40,6 +40,7 @@ STREAM_WAIT_NS = 20_000
 MIN_WAIT_GAP_NS = 100_000
 WAIT_TOLERANCE = 0.10
 _ENQUEUE = re.compile(r"^c10d::(?!wait)")
+END_MARKER = "ProfilerStep end"  # the name of the marker where the last step ends
 _HOST_CATS = ("cpu_op", "user_annotation", "python_function")
 GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c != "group"]  # per rank; the run graph adds group
 
@@ -105,6 +106,10 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
         "end_ns": ts[ends] + dur[ends], "step": events["step"].to_numpy()[ends], "cat": "data",
         "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[ends], categories=names),
         "row": -1 - np.arange(len(ends)), "is_marker": False, "in_data": True})], ignore_index=True)
+    if len(steps):
+        nodes["name"] = nodes["name"].cat.add_categories([END_MARKER])
+        nodes = pd.concat([nodes, _end_marker(events, steps, lane_key, ts + dur, nodes["name"].cat.categories)],
+                          ignore_index=True)
     nodes["name"] = nodes["name"].cat.remove_unused_categories()
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
     nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
@@ -148,6 +153,19 @@ def _leaves(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     keep = np.zeros(len(order), dtype=bool)
     keep[order] = ~nested
     return keep
+
+
+def _end_marker(events: pd.DataFrame, steps: np.ndarray, lane_key: np.ndarray, end_ns: np.ndarray,
+                names: pd.Index) -> pd.DataFrame:
+    """A zero-length marker where the last ``ProfilerStep`` ends, as if the next step began there (its step is one
+    more): the last step then has an end that moves in a replay, as every earlier step has in the next marker."""
+    step_of = events["step"].to_numpy()[steps]
+    last = steps[np.argmax(step_of)]
+    return pd.DataFrame({
+        "rank": np.array([events["rank"].iloc[0]], dtype=np.int32), "lane": lane_key[[last]],
+        "start_ns": end_ns[[last]], "end_ns": end_ns[[last]], "step": step_of.max() + 1, "cat": "marker",
+        "name": pd.Categorical([END_MARKER], categories=names),
+        "row": np.array([-(1 << 62)]), "is_marker": True, "in_data": False})
 
 
 def _lane_keys(events: pd.DataFrame) -> np.ndarray:
