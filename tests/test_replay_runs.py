@@ -1,0 +1,26 @@
+"""On every sample and shared run, the replay's baseline is the measured step time, in either window: each window
+step, the last one included, is replayed from its ProfilerStep marker to the next (or to where the last one ends)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tracekit
+from tests import golden_summary as golden
+
+RUNS = golden.runs()
+
+
+@pytest.mark.parametrize("window", ["drop_last", "all_steps"])
+@pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
+def test_the_baseline_is_the_measured_step_time(run, window):
+    s = tracekit.summarize(run, window=window, workers=1, cache=False)
+    steps = s.steps[s.steps["in_window"].astype(bool)]
+    measured = steps.groupby("rank")["step_us"].mean().mean()
+    replayed = tracekit.whatif(s, ["baseline"]).loc[0, "step_time_us"]
+    if steps.empty:  # a trace without ProfilerStep: nothing to replay, and it says so
+        assert math.isnan(replayed)
+    else:
+        assert replayed == pytest.approx(measured, rel=1e-9)
