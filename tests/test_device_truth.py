@@ -152,6 +152,15 @@ def mtia_rank():
     return events
 
 
+def test_an_mtia_rank_gets_device_wording_not_gpu(tmp_path):
+    s = tracekit.summarize(write_trace(tmp_path / "rank0.json.gz", mtia_rank()), cache=False)
+    host_bound = [f for f in s.findings if f.kind == "host_bound"]
+    assert len(host_bound) == 1  # 11% of the span idles waiting for the host
+    text = host_bound[0].message + host_bound[0].recommendation
+    assert "The device idles" in text and "per-device batch" in text
+    assert "GPU" not in text and "CUDA" not in text
+
+
 def test_mtia_device_events_are_the_device(tmp_path):
     s = tracekit.summarize(write_trace(tmp_path / "rank0.json.gz", mtia_rank()), cache=False)
     r = one(s.ranks)

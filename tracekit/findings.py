@@ -39,12 +39,15 @@ def _data_loading(ranks, collectives, stragglers, run):
 
 
 def _host_bound(ranks, collectives, stragglers, run):
-    gpu = ranks[ranks["device"] != "cpu"]
-    graphs = VENDOR[gpu_vendor(gpu, run)]["graphs"]
-    return _idle_finding(gpu, "idle_host_us", HOST_IDLE_SHARE, "host_bound",
-                         "The GPU idles waiting for kernel launches for up to {share:.0%} of its time ({ranks}).",
-                         f"Cut launch overhead: capture the step with {graphs} or torch.compile(mode='reduce-overhead'), "
-                         "fuse small ops, or raise the per-GPU batch size.")
+    device = ranks[ranks["device"] != "cpu"]
+    if (device["device"] == "mtia").any():  # no GPU: say device, and no GPU graph API
+        unit, capture = "device", "torch.compile the step"
+    else:
+        graphs = VENDOR[gpu_vendor(device, run)]["graphs"]
+        unit, capture = "GPU", f"capture the step with {graphs} or torch.compile(mode='reduce-overhead')"
+    return _idle_finding(device, "idle_host_us", HOST_IDLE_SHARE, "host_bound",
+                         f"The {unit} idles waiting for kernel launches for up to {{share:.0%}} of its time ({{ranks}}).",
+                         f"Cut launch overhead: {capture}, fuse small ops, or raise the per-{unit} batch size.")
 
 
 def _idle_finding(ranks, column, thresholds, kind, message, recommendation):
