@@ -49,6 +49,8 @@ def test_all_to_all_job_without_ddp_gets_all_to_all_advice_and_no_ddp_knobs(tmp_
                        for r in (0, 1)}, deviceProperties=V100)
     f = only(s, "exposed_comm")
     assert f.severity == "high" and f.ranks == (0, 1)
+    # The host's ProfilerStep markers, not the device, pace these steps: the replay predicts no gain and says so.
+    assert f.evidence["predicted_saving_us"] == pytest.approx(0.0, abs=1e-6) and "no measurable gain" in f.message
     assert f.evidence["share"] == pytest.approx(1000 / 1700)
     assert f.evidence["op_shares"] == pytest.approx({"all_to_all": 390 / 500, "all_reduce": 110 / 500})
     assert f.evidence["ddp"] is False and not s.ranks["ddp"].any()

@@ -20,7 +20,8 @@ import tracekit
 from tests.tracedata import cpu, step, write_trace
 from tracekit import replay
 from tracekit.graph import END_MARKER
-from tracekit.predict import straggler_factors
+from tracekit.finding import Finding
+from tracekit.predict import annotate_findings, straggler_factors
 
 MS = 1000  # trace times are microseconds
 
@@ -168,6 +169,22 @@ def test_findings_quote_the_predicted_saving(gloo_run):
         row = tracekit.whatif(gloo_run, scenarios=[f.evidence["scenario"]]).iloc[0]
         assert f.evidence["predicted_saving_us"] == pytest.approx(row["saving_us"])
         assert f"-{row['saving_us'] / 1e3:.1f} ms/step" in f.message
+
+
+def test_a_fix_that_gains_nothing_says_so(gloo_run):
+    """No DataLoader runs here, so removing its waits saves 0 ms: a data-loading finding (made up for the test) keeps
+    what it saw and its severity, and says the replay predicts no gain; the straggler's fix (test_no_straggler)
+    is quoted as a saving."""
+    seen = Finding("data_loading", "high", (0,), "The device waits for the next batch.", "Load data ahead.", {})
+    slow = Finding("straggler", "high", (1,), "Rank 1 arrives last.", "Look at rank 1.", {})
+    window = gloo_run.steps.loc[gloo_run.steps["in_window"].astype(bool), ["rank", "step"]]
+    none, saved = annotate_findings((seen, slow), gloo_run.graph, window)
+    assert none.severity == "high" and none.evidence["predicted_saving_us"] == pytest.approx(0.0, abs=1e-6)
+    assert none.message == ("The device waits for the next batch. Predicted by replay: removing DataLoader waits: "
+                            "no measurable gain (-0.0 ms/step (-0%)): the steps' critical paths do not wait on it.")
+    gain = tracekit.whatif(gloo_run, ["no_straggler"]).loc[0, "saving_us"]
+    assert gain > 20 * MS and saved.message.endswith(f"removing rank 1's delay: -{gain / 1e3:.1f} ms/step "
+                                                     f"(-{gain / (100 * MS):.0%}).")
 
 
 def test_unknown_scenario(gloo_run):
