@@ -24,3 +24,19 @@ def test_the_baseline_is_the_measured_step_time(run, window):
         assert math.isnan(replayed)
     else:
         assert replayed == pytest.approx(measured, rel=1e-9)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
+def test_each_critical_path_adds_up_to_its_step(run):
+    """The path of a step covers it from its start marker to the next on the rank that ends it: time the trace links
+    to nothing earlier is there as ``unknown``, not left out."""
+    s = tracekit.summarize(run, window="all_steps", workers=1, cache=False)
+    path, events = s.critical_path, s.critical_path_events
+    if path.empty:
+        return
+    for step, part in events.groupby("step"):
+        rank = int(part["ends_on_rank"].iloc[0])
+        t = s.graph[(s.graph["rank"] == rank) & (s.graph["cat"] == "marker")].sort_values("start_ns")
+        first = (t["step"] == step).to_numpy().argmax()
+        span_us = (t["start_ns"].iloc[first + 1] - t["start_ns"].iloc[first]) / 1e3
+        assert path.loc[path["step"] == step, "us"].sum() == pytest.approx(span_us, rel=1e-9, abs=1e-3)

@@ -23,7 +23,7 @@ from tracekit.charts import COLORS, IDLE_CAUSES
 from tracekit.critical_path import CATEGORIES
 
 PATH_COLORS = {"compute": "#1F3B73", "comm_transfer": "#A11D21", "launch": "#6A3D9A", "host": "#B15928",
-               "data": "#33691E", "sync": "#D81B60", "other": "#424242"}
+               "data": "#33691E", "sync": "#D81B60", "other": "#424242", "unknown": "#BDBDBD"}
 PATH_PREFIX = "critical path: "
 LANES = ("critical path", "collectives", "idle")
 

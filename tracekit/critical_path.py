@@ -11,6 +11,8 @@ waited for, or, for a collective, the last rank to arrive. Each piece of time on
   data           DataLoader ``__next__``
   sync           a synchronizing call waiting for the device to drain
   other          anything else (a wake-up after a wait, a host op that is none of the above)
+  unknown        from the step's start to the first event the walk reached that the trace links to nothing
+                 earlier (e.g. a collective recorded without the op that enqueued it): what bound it is not recorded
 
 ``waiting`` marks time spent on another rank than the one that ends the step: that rank was waiting for this one,
 and the category says what this one was doing.
@@ -24,7 +26,7 @@ import pandas as pd
 from tracekit.replay import Model
 from tracekit.schema import CRITICAL_PATH_COLUMNS, CRITICAL_PATH_EVENT_COLUMNS
 
-CATEGORIES = ("compute", "comm_transfer", "launch", "host", "data", "sync", "other")
+CATEGORIES = ("compute", "comm_transfer", "launch", "host", "data", "sync", "other", "unknown")
 PATH_COLUMNS = list(CRITICAL_PATH_COLUMNS)
 EVENT_COLUMNS = list(CRITICAL_PATH_EVENT_COLUMNS)
 _OWN = {"compute": "compute", "memory": "compute", "comm": "comm_transfer", "launch": "launch", "sync": "sync",
@@ -110,16 +112,25 @@ class _Walker:
 
     def back(self, node: int, t0: float, step: int, ends_on: int) -> pd.DataFrame:
         rows = []
-        i, phase = node, "start"
-        i, phase = int(i), phase
+        ceiling = [float(self.start[node])]
+
+        def piece(i, lo, hi, kind, category):
+            # Each piece ends where the walk came from: an input inferred to end a little after the event it bound
+            # (a wait matched within its tolerance) must not count the same time twice.
+            hi = min(hi, ceiling[0])
+            lo = max(lo, t0)
+            if hi > lo:
+                rows.append((self.rank[i], lo, hi, i, kind, category))
+                ceiling[0] = lo
+
+        i, phase = int(node), "start"
         for _ in range(len(self.start) * 2 + 1):
             if phase == "end":
                 by = self.end_by[i]
                 lo = self.start[i] if by < 0 else (self.start[by] if self.end_kind[i] == 1 else self.end[by])
                 cat = self.cats[self.cat_codes[i]]
                 own = "data" if self.in_data[i] else _OWN[cat]  # ops a DataLoader runs are data loading
-                category = own if by < 0 else ("comm_transfer" if self.end_kind[i] == 1 else "sync")
-                rows.append((self.rank[i], max(lo, t0), self.end[i], i, cat, category))
+                piece(i, lo, self.end[i], cat, own if by < 0 else ("comm_transfer" if self.end_kind[i] == 1 else "sync"))
                 if by < 0:
                     phase = "start"
                 elif self.end_kind[i] == 1:
@@ -135,12 +146,15 @@ class _Walker:
                     break
                 lo = self.start[src] if src_phase == "start" else self.end[src]
                 if self.start[i] > lo:  # unrecorded time; on CPU-only ranks partly enclosing ops' own time
-                    cut = self.start[i] - self.busy[i]
-                    rows.append((self.rank[i], max(cut, t0), self.start[i], i, "delay", "compute"))
-                    rows.append((self.rank[i], max(lo, t0), cut, i, "delay", self._delay_category(i, by)))
+                    cut = max(self.start[i] - self.busy[i], lo)  # busy is measured from the lane's last end
+                    piece(i, cut, self.start[i], "delay", "compute")
+                    piece(i, lo, cut, "delay", self._delay_category(i, by))
                 i, phase = src, src_phase
             if (self.start[i] if phase == "start" else self.end[i]) <= t0:
                 break
+        reached = min(self.start[i] if phase == "start" else self.end[i], ceiling[0])
+        if reached > t0:  # the walk stopped at an event with no recorded input, after the step began
+            rows.append((self.rank[i], t0, reached, i, "unlinked", "unknown"))
         frame = pd.DataFrame(rows, columns=["rank", "start_ns", "end_ns", "node", "kind", "category"])
         frame = frame[frame["end_ns"] > frame["start_ns"]]
         frame["name"] = self.name.iloc[frame["node"].to_numpy()].astype(str).to_numpy()

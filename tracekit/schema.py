@@ -213,7 +213,7 @@ FSDP_COLUMNS = {
 CRITICAL_PATH_COLUMNS = {
     "rank": "the rank the path spends this time on",
     "step": "ProfilerStep the path ends (it runs from that step's start to the next step's on the rank that ends last)",
-    "category": "compute, comm_transfer, launch, host, data, sync or other (see tracekit.critical_path)",
+    "category": "compute, comm_transfer, launch, host, data, sync, other or unknown (see tracekit.critical_path)",
     "us": "time on the path", "waiting": "on another rank than ends_on_rank: that rank was waiting for this one",
     "ends_on_rank": "the rank whose next ProfilerStep comes last: where the walk back starts",
 }
