@@ -22,6 +22,7 @@ import streamlit as st  # noqa: E402
 from app import loader, paths, state  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
 from tracekit.errors import TracekitError  # noqa: E402
+from tracekit.facts import one_or_all  # noqa: E402
 
 VIEWS = REPO / "app" / "views"
 PAGES = (("overview", "Overview", ":material/dashboard:"), ("ranks", "Ranks", ":material/bar_chart:"),
@@ -61,7 +62,7 @@ def main() -> None:
         ctx = _open(roots, tuple(runs), run_id)
         if ctx is not None:
             st.session_state[state.CONTEXT] = ctx
-            st.session_state[HAS_FSDP] = len(getattr(ctx.summary, "fsdp", ())) > 0
+            st.session_state[HAS_FSDP] = len(ctx.summary.fsdp) > 0
             if st.session_state[HAS_FSDP] != listed:
                 st.rerun()  # list (or unlist) the FSDP page for this run
     current = st.session_state.get(state.CONTEXT)
@@ -128,7 +129,7 @@ def _open(roots, runs: tuple[str, ...], run_id: str) -> state.Context | None:
     if st.session_state.get("rank") not in ranks:
         st.session_state["rank"] = ranks[0]
     rank = st.sidebar.selectbox("Rank", ranks, key="rank", help="the rank the Timeline shows")
-    st.sidebar.caption(f"{len(ranks)} rank(s) · backend {summary.run.get('backend') or 'unknown'}")
+    st.sidebar.caption(f"{len(ranks)} rank(s) · backend {one_or_all(summary.run.backends) or 'unknown'}")
     return state.Context(roots=roots, runs=runs, run_id=run_id, folder=folder, key=key,
                          summary=summary, rank=int(rank))
 

@@ -7,6 +7,7 @@ import base64
 import gzip
 import io
 import json
+import math
 import os
 import stat
 import sys
@@ -95,10 +96,10 @@ def test_every_page_shows_the_summary(app, root, run):
     assert shown["Exposed comm"] == fmt.pct(r["exposed_comm_us"].sum() / r["span_us"].sum() * 100)
     assert shown["Comm overlapped"] == fmt.pct(r["overlap_us"].sum() / r["comm_us"].sum() * 100)
     assert shown["Idle"] == fmt.pct(r["idle_us"].sum() / r["span_us"].sum() * 100)
-    rates = (summary.run.get("workload_run") or {}).get("throughput_samples_per_s") or {}
-    for kind, value in rates.items():
-        if value is not None:
-            assert shown[f"Samples/s ({kind})"] == fmt.rate(value)
+    workload = summary.run.workload
+    for kind in ("unprofiled", "profiled"):
+        value = math.nan if workload is None else getattr(workload, f"throughput_{kind}")
+        assert shown.get(f"Samples/s ({kind})") == (None if math.isnan(value) else fmt.rate(value))
     assert len(at.error) + len(at.warning) + len(at.info) >= len(summary.findings)
     per_rank = next(d.value for d in at.dataframe if "span_ms" in d.value.columns)  # beside quality and skipped
     same_table(per_rank, fmt.display_units(summary.ranks))  # ms and MB, as the CLI and the HTML report

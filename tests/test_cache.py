@@ -92,7 +92,7 @@ def test_options_are_part_of_the_key(tmp_path):
     keys.add(engine.rank_key(path, Config(), 0))
     assert len(keys) == 4
     windowed = tracekit.summarize(GLOO_RUN, window="trace", cache_dir=tmp_path)
-    assert windowed.run["window"] == "trace"
+    assert windowed.run.window == "trace"
     pd.testing.assert_frame_equal(windowed.ranks, tracekit.summarize(GLOO_RUN, window="trace", cache=False).ranks)
 
 
@@ -133,12 +133,12 @@ def test_paths_come_from_this_call_not_from_the_call_that_filled_the_cache(tmp_p
     (tmp_path / "b").mkdir()
     monkeypatch.chdir(tmp_path / "a")
     relative = tracekit.summarize("run", workers=1, cache_dir=store)
-    assert [f["path"] for f in relative.run["files"]] == [f"run/rank-{r}.pt.trace.json.gz" for r in (0, 1)]
+    assert [f.path for f in relative.run.files] == [f"run/rank-{r}.pt.trace.json.gz" for r in (0, 1)]
     assert cache.info(store).entries == 2
 
     monkeypatch.chdir(tmp_path / "b")  # "run" means nothing here: a path kept from the first call would not exist
     absolute = tracekit.summarize(tmp_path / "a" / "run", workers=1, cache_dir=store)
-    paths = [f["path"] for f in absolute.run["files"]]
+    paths = [f.path for f in absolute.run.files]
     assert paths == [str(tmp_path / "a" / "run" / f"rank-{r}.pt.trace.json.gz") for r in (0, 1)]
     assert all(Path(p).is_file() for p in paths)
     assert cache.info(store).entries == 2  # both ranks were hits: the answer above came from the store

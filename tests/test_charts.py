@@ -14,12 +14,13 @@ from tracekit import charts, timeline  # noqa: E402
 from tracekit.classify import classify  # noqa: E402
 from tracekit.cli import main as cli  # noqa: E402
 from tracekit.reader import read_rank  # noqa: E402
-from tracekit.report import html_report, throughput, write_report  # noqa: E402
+from tracekit.facts import RunFacts  # noqa: E402
+from tracekit.report import html_report, write_report  # noqa: E402
 from tracekit.summary import Summary  # noqa: E402
 from viewer_runs import REPO, SAMPLES, write_tiny_run  # noqa: E402
 
 
-def tiny_summary(causes: bool = True, matched: bool = True, stragglers=None) -> Summary:
+def tiny_summary(stragglers=None) -> Summary:
     """Two ranks over a 1000 us span: rank 0 computes 600 (200 of it under 300 us of comm), copies 50, idles 250;
     rank 1 computes 400, comm 500 (100 under compute), idles 200. Steps 1-2 are in the window, step 3 is not."""
     ranks = pd.DataFrame({
@@ -28,12 +29,10 @@ def tiny_summary(causes: bool = True, matched: bool = True, stragglers=None) -> 
         "overlap_us": [200.0, 100.0], "exposed_comm_us": [100.0, 400.0], "memory_us": [50.0, 0.0],
         "idle_us": [250.0, 200.0], "overlap_pct": [200 / 3, 20.0], "idle_pct": [25.0, 20.0],
         "allreduce_count": [2, 2], "allreduce_us": [300.0, 500.0], "allreduce_bytes": [8e6, 8e6],
+        "idle_sync_us": [50.0, 0.0], "idle_data_us": [0.0, 120.0], "idle_comm_wait_us": [100.0, 0.0],
+        "idle_host_us": [100.0, 0.0], "idle_other_us": [0.0, 80.0],
+        "comm_wait_us": [60.0, 0.0], "comm_transfer_us": [240.0, 500.0], "last_arrivals": [0, 0],
     })
-    if causes:
-        ranks = ranks.assign(idle_host_us=[100.0, 0.0], idle_sync_us=[50.0, 0.0], idle_data_us=[0.0, 120.0],
-                             idle_comm_wait_us=[100.0, 0.0], idle_other_us=[0.0, 80.0])
-    if matched:
-        ranks = ranks.assign(comm_wait_us=[60.0, 0.0], comm_transfer_us=[240.0, 500.0])
     steps = pd.DataFrame({"rank": [0, 0, 0, 1, 1, 1], "step": [1, 2, 3] * 2, "start_us": [0, 500, 1000] * 2,
                           "step_us": [500.0, 500.0, 90.0, 510.0, 530.0, 80.0], "in_window": [True, True, False] * 2})
     collectives = pd.DataFrame({
@@ -43,11 +42,9 @@ def tiny_summary(causes: bool = True, matched: bool = True, stragglers=None) -> 
         "in_window": [True, True, True, True, False],
     })
     gaps = pd.DataFrame({"rank": [0, 0, 0, 1, 1], "start_us": [10.0, 300.0, 700.0, 50.0, 900.0],
-                         "dur_us": [100.0, 50.0, 100.0, 120.0, 80.0]})
-    if causes:
-        gaps["cause"] = ["host", "sync", "comm_wait", "data", "other"]
+                         "dur_us": [100.0, 50.0, 100.0, 120.0, 80.0], "cause": ["host", "sync", "comm_wait", "data", "other"]})
     extra = {} if stragglers is None else {"stragglers": stragglers}
-    return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run={"source": "tiny <run>"}, **extra)
+    return Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=RunFacts(source="tiny <run>"), **extra)
 
 
 def bar_totals(fig) -> dict[str, list[float]]:
@@ -61,14 +58,12 @@ def test_rank_segments_add_up_to_the_span():
     assert seg.drop(columns="rank").sum(axis=1).tolist() == [1000, 1000]
 
 
-def test_rank_breakdown_draws_idle_by_cause_or_whole():
+def test_rank_breakdown_draws_idle_by_cause():
     fig = charts.rank_breakdown(tiny_summary())
     totals = bar_totals(fig)
     assert totals["idle: host"] == [0.1, 0.0] and totals["idle: data"] == [0.0, 0.12]
     assert np.sum(list(totals.values()), axis=0).tolist() == pytest.approx([1.0, 1.0])  # ms
     assert fig.layout.barmode == "stack"
-    plain = bar_totals(charts.rank_breakdown(tiny_summary(causes=False)))
-    assert plain["idle"] == [0.25, 0.2] and not any(name.startswith("idle:") for name in plain)
 
 
 def test_step_heatmap_shows_window_steps_in_ms():
@@ -91,14 +86,8 @@ def test_op_table_keeps_unknown_bytes_unknown():
     assert math.isnan(table.loc["all_reduce", "total_bytes"])
 
 
-def test_wait_vs_transfer_from_ranks_then_collectives_then_a_note():
+def test_wait_vs_transfer_per_rank():
     assert bar_totals(charts.wait_vs_transfer(tiny_summary())) == {"wait": [0.06, 0.0], "transfer": [0.24, 0.5]}
-    unmatched = tiny_summary(matched=False)
-    with_calls = Summary(ranks=unmatched.ranks, steps=unmatched.steps, gaps=unmatched.gaps, run=unmatched.run,
-                         collectives=unmatched.collectives.assign(wait_us=[10.0, 20.0, 0, 0, 5], transfer_us=[140.0, 130.0, 250, 250, 5]))
-    assert charts.wait_transfer(with_calls)["wait"].tolist() == [30.0, 0.0]
-    fig = charts.wait_vs_transfer(unmatched)
-    assert not fig.data and "matching" in fig.layout.annotations[0].text
 
 
 def test_gap_histogram_counts_every_gap_by_cause():
@@ -106,13 +95,11 @@ def test_gap_histogram_counts_every_gap_by_cause():
     assert sum(sum(t.y) for t in fig.data) == 5
     assert sorted(t.name for t in fig.data) == ["idle: comm_wait", "idle: data", "idle: host", "idle: other", "idle: sync"]
     assert fig.layout.xaxis.type == "log"
-    assert [t.name for t in charts.gap_histogram(tiny_summary(causes=False)).data] == ["idle"]
 
 
 def test_idle_by_cause_and_largest_gaps():
     totals = bar_totals(charts.idle_by_cause(tiny_summary()))
     assert totals["idle: host"] == [0.1, 0.0] and totals["idle: other"] == [0.0, 0.08]
-    assert bar_totals(charts.idle_by_cause(tiny_summary(causes=False))) == {"idle": [0.25, 0.2]}
     top = charts.largest_gaps(tiny_summary(), 2)
     assert top["dur_us"].tolist() == [120.0, 100.0] and top["rank"].tolist() == [1, 0]
 
@@ -178,7 +165,7 @@ def test_timeline_lanes_from_a_real_classified_trace(tmp_path):
     run = write_tiny_run(tmp_path / "tiny")
     summary = tracekit.summarize(run)
     _, events, comm_args = read_rank(run / "rank-0.pt.trace.json.gz", default_rank=0)
-    lanes = timeline.lanes(classify(events, comm_args), summary.run["origin_ns"])
+    lanes = timeline.lanes(classify(events, comm_args), summary.run.origin_ns)
     kinds = lanes.groupby("lane")["kind"].agg(lambda k: sorted(set(k))).to_dict()
     assert kinds == {"steps": ["step"], "stream 7": ["compute", "memory"], "stream 20": ["comm"]}
     assert timeline.lane_order(lanes["lane"]) == ["steps", "stream 7", "stream 20"]
@@ -190,12 +177,6 @@ def test_timeline_lanes_from_a_real_classified_trace(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------- report
-
-def test_throughput_from_run_json_shapes():
-    assert throughput({"throughput_samples_per_s": {"unprofiled": 10, "profiled": None}}) == {"unprofiled": 10.0}
-    assert throughput({"samples_per_s": 5}) == {"samples_per_s": 5.0}
-    assert throughput(None) == {} and throughput({"throughput_samples_per_s": "fast"}) == {}
-
 
 def test_report_is_one_self_contained_file():
     text = html_report(tiny_summary())

@@ -133,8 +133,8 @@ def test_two_hosts_of_two_ranks_through_summarize(tmp_path):
         write_trace(tmp_path / f"rank{rank}.json", [{**e, "ts": e["ts"] + shift} for e in events], rank=rank,
                     world_size=4, host_name="b" if rank >= 2 else "a")
     s = tracekit.summarize(tmp_path, cache=False)
-    assert [list(o) for o in s.run["clock_offsets"]] == [list(schema.CLOCK_OFFSET_FIELDS)] * 4
-    o = pd.DataFrame(s.run["clock_offsets"]).set_index("rank")
+    assert list(s.run.clock_offsets.columns) == list(schema.CLOCK_OFFSET_FIELDS) and len(s.run.clock_offsets) == 4
+    o = s.run.clock_offsets.set_index("rank")
     assert o.loc[2, "offset_us"] == o.loc[3, "offset_us"] == pytest.approx(5000, abs=1)
     assert o.loc[2, "lower_us"] <= 5000 <= o.loc[2, "upper_us"] and o.loc[2, "corrected"] and not o.loc[0, "corrected"]
     c = s.collectives
@@ -180,7 +180,7 @@ def test_shifted_host_offset_within_1ms_on_a_real_gloo_run(gloo_4rank):
         run = gloo_4rank / f"shift{shift_ms}"
         _as_second_host(gloo_4rank / "run", run, {2, 3}, shift_ms * 1e3, "second-host")
         s = tracekit.summarize(run, cache=False)
-        o = pd.DataFrame(s.run["clock_offsets"]).set_index("rank")
+        o = s.run.clock_offsets.set_index("rank")
         assert list(o["host"]) == [o.loc[0, "host"], o.loc[0, "host"], "second-host", "second-host"]
         for rank in (2, 3):
             row = o.loc[rank]

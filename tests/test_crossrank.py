@@ -4,7 +4,6 @@ idle causes and findings."""
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import tracekit
@@ -87,15 +86,15 @@ def _skewed_run(tmp_path, offset_us, hosts):
 
 def test_clock_offset_recovered_and_corrected_across_hosts(tmp_path):
     s = _skewed_run(tmp_path, 5000, ("node-a", "node-b"))
-    offsets = {o["rank"]: o for o in s.run["clock_offsets"]}
-    assert offsets[1]["offset_us"] == pytest.approx(5000, abs=2) and offsets[1]["corrected"]
+    offsets = s.run.clock_offsets.set_index("rank")
+    assert offsets.loc[1, "offset_us"] == pytest.approx(5000, abs=2) and offsets.loc[1, "corrected"]
     waits = s.collectives[s.collectives["rank"] == 0].sort_values("start_us")["wait_us"].tolist()
     assert waits == pytest.approx([30 * (i % 3) for i in range(8)], abs=2)
 
 
 def test_same_host_clock_is_not_corrected(tmp_path):
     s = _skewed_run(tmp_path, 0, ("node-a", "node-a"))
-    assert not any(o["corrected"] for o in s.run["clock_offsets"])
+    assert not s.run.clock_offsets["corrected"].any()
 
 
 # --- idle causes -------------------------------------------------------------------------------------------------
@@ -182,7 +181,7 @@ def test_straggler_finding(tmp_path):
     f = next(f for f in s.findings if f.kind == "straggler")
     assert f.ranks == (2,) and f.severity == "high"
     assert s.imbalance.shape[0] == 10
-    assert s.run["straggler_suspicions"] == []
+    assert s.run.straggler_suspicions.empty
 
 
 def _late_run(tmp_path, late_us):
@@ -197,7 +196,7 @@ def _late_run(tmp_path, late_us):
 def test_last_at_2_of_2_is_a_suspicion_not_a_straggler(tmp_path):
     s = _late_run(tmp_path, [300, 300])
     assert s.stragglers.empty
-    [row] = s.run["straggler_suspicions"]
+    [row] = s.run.straggler_suspicions.to_dict("records")
     assert list(row) == list(s.stragglers.columns) == list(schema.STRAGGLER_COLUMNS)
     # Last at both of 2 calls among 2 ranks: chance 1/2 each, so p = (1/2)^2 = 0.25.
     assert (row["rank"], row["matched"], row["last_arrivals"]) == (1, 2, 2)
@@ -216,8 +215,8 @@ def test_last_at_2_of_2_is_a_suspicion_not_a_straggler(tmp_path):
 ])
 def test_straggler_is_the_binomial_test(tmp_path, late, verdict, p):
     s = _late_run(tmp_path, late)
-    table = s.stragglers if verdict == "straggler" else pd.DataFrame(s.run["straggler_suspicions"])
-    other = pd.DataFrame(s.run["straggler_suspicions"]) if verdict == "straggler" else s.stragglers
+    table = s.stragglers if verdict == "straggler" else s.run.straggler_suspicions
+    other = s.run.straggler_suspicions if verdict == "straggler" else s.stragglers
     assert table["rank"].tolist() == [1] and other.empty
     assert table["p_value"].iloc[0] == pytest.approx(p)
     assert table["caused_wait_us_per_step"].iloc[0] == pytest.approx(300 * (len(late) - 1) / len(late))
@@ -308,7 +307,7 @@ def test_bundled_straggler_sample_suspects_the_sleeping_rank():
     # chance gives 1 time in 4. A suspicion, with the wait it caused; not a proven straggler.
     s = tracekit.summarize(Path(__file__).resolve().parents[1] / "sample_traces" / "gpt-gloo-2rank-straggler", cache=False)
     assert s.stragglers.empty
-    [row] = s.run["straggler_suspicions"]
+    [row] = s.run.straggler_suspicions.to_dict("records")
     assert (row["rank"], row["last_arrivals"], row["matched"]) == (1, 2, 2) and row["p_value"] == pytest.approx(0.25)
     assert 30e3 < row["caused_wait_us_per_step"] < 60e3
     assert [f.ranks for f in s.findings if f.kind == "straggler_suspected"] == [(1,)]

@@ -27,8 +27,8 @@ def ddp_run(tmp_path_factory):
 def test_allreduce_bytes_per_step_equal_trainable_gradients(ddp_run):
     params = json.loads((ddp_run / "params.json").read_text())
     s = tracekit.summarize(ddp_run)  # params.json is not a trace: skipped and listed
-    assert [Path(p["path"]).name for p in s.run["skipped"]] == ["params.json"]
-    assert s.run["backend"] == "gloo" and s.run["world_size"] == 2
+    assert [Path(p.path).name for p in s.run.skipped] == ["params.json"]
+    assert s.run.backend == "gloo" and s.run.world_size == 2
     ar = s.collectives[(s.collectives["op"] == "all_reduce") & (s.collectives["step"] >= 0)]
     per_step = ar.groupby(["rank", "step"])["bytes"].sum()
     assert len(per_step) == 2 * params["profiled_steps"]

@@ -250,7 +250,7 @@ def test_an_empty_rank_in_a_folder_is_skipped_and_listed(tmp_path):
     (tmp_path / "rank1.json").write_text('{"traceEvents": []}')
     s = tracekit.summarize(tmp_path, cache=False, workers=1)
     assert s.ranks["rank"].tolist() == [0]
-    assert [(p["path"].endswith("rank1.json"), "empty trace" in p["reason"]) for p in s.run["skipped"]] == [(True, True)]
+    assert [(p.path.endswith("rank1.json"), "empty trace" in p.reason) for p in s.run.skipped] == [(True, True)]
 
 
 def test_device_categories_are_in_the_classified_table(tmp_path):

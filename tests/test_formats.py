@@ -168,7 +168,7 @@ def test_unfinished_zero_length_and_absurd_durations(tmp_path, absurd):
     r = one(s.ranks)
     assert (r["span_us"], r["busy_us"], r["compute_us"], r["idle_us"]) == (300, 200, 200, 100)
     assert s.gaps["dur_us"].tolist() == [100]
-    assert s.run["files"][0]["dropped_events"] == 2
+    assert s.run.files[0].dropped_events == 2
 
 
 # --- old names and flows ---------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_no_rank_anywhere_in_a_folder_is_an_error(tmp_path):
 def test_distributed_info_rank_only(tmp_path):
     s = tracekit.summarize(write(tmp_path / "trace.json", [kernel(NCCL_AR, 0, 10, **comm_args(group=None))],
                                  dist={"rank": 0}))
-    assert s.run["backend"] is None and s.run["world_size"] is None
+    assert s.run.backend is None and s.run.world_size is None
     assert math.isnan(one(s.collectives)["group_size"])  # no Group size, no pg_config: unknown
 
 
@@ -271,7 +271,7 @@ def test_distributed_info_full(tmp_path):
     path = write(tmp_path / "trace.json", [kernel(NCCL_AR, 0, 10, **comm_args(group=None))], dist=dist,
                  deviceProperties=gpu)
     s = tracekit.summarize(path)
-    assert (s.run["backend"], s.run["world_size"], s.run["nccl_version"]) == ("nccl", 2, "2.17.1")
+    assert (s.run.backend, s.run.world_size, s.run.nccl_version) == ("nccl", 2, "2.17.1")
     r = one(s.ranks)
     assert (r["rank"], r["device"]) == (1, "NVIDIA A100-SXM4-80GB")
     c = one(s.collectives)
@@ -522,9 +522,9 @@ def test_non_trace_json_in_the_folder_is_skipped_and_listed(tmp_path):
     write(tmp_path / "rank0.json", [kernel(GEMM, 0, 10)])
     (tmp_path / "run.json").write_text(json.dumps({"world_size": 1, "model": "resnet18", "steps": 5}))
     s = tracekit.summarize(tmp_path)
-    assert s.run["ranks_read"] == 1
-    assert [Path(x["path"]).name for x in s.run["skipped"]] == ["run.json"]
-    assert s.run["skipped"][0]["reason"]
+    assert s.run.ranks_read == 1
+    assert [Path(x.path).name for x in s.run.skipped] == ["run.json"]
+    assert s.run.skipped[0].reason
 
 
 # --- bus bandwidth (nccl-tests PERFORMANCE.md) -----------------------------------------------------------------

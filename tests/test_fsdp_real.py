@@ -140,6 +140,6 @@ def test_compare_ddp_and_fsdp_of_the_same_model(tmp_path_factory, prefetch1):
         for side in ("a", "b"):
             parts = sum(float(table.loc[p, side]) for p in PARTS)
             assert parts == pytest.approx(float(table.loc["step_time_ms", side]), rel=1e-6)
-    run_json = json.loads((Path(prefetch1.run["source"]) / "run.json").read_text())
+    run_json = json.loads((Path(prefetch1.run.source) / "run.json").read_text())
     assert run_json["workload"] == "fsdp" and run_json["config"]["prefetch"] == 1
     assert run_json["mode"] == "fsdp"  # not the harness default "ddp"

@@ -30,7 +30,7 @@ def test_delayed_rank_is_named_the_straggler(straggler_run):
     s = straggler_run
     assert s.stragglers["rank"].tolist() == [1]
     row = s.stragglers.iloc[0]  # the binomial test passes: p = 1/2^k when last at every one of k calls with 2 ranks
-    assert row["p_value"] < 0.01 and row["matched"] >= 5 and s.run["straggler_suspicions"] == []
+    assert row["p_value"] < 0.01 and row["matched"] >= 5 and s.run.straggler_suspicions.empty
     calls = s.collectives[s.collectives["in_window"] & (s.collectives["matched_ranks"] == 2)]
     last = calls[calls["last_arrival"]]
     assert (last["rank"] == 1).mean() >= 0.9 and len(last) >= 6

@@ -194,7 +194,7 @@ def test_accumulation_all_reduces_only_in_the_last_micro_batch(resnet_accum_run,
     ar = s.collectives[s.collectives["op"] == "all_reduce"]
     for rank in (0, 1):
         doc = trace(resnet_accum_run, rank)
-        to_summary_us = doc.get("baseTimeNanoseconds", 0) / 1e3 - s.run["origin_us"]
+        to_summary_us = doc.get("baseTimeNanoseconds", 0) / 1e3 - s.run.origin_us
         last = {int(_step_of(e, doc).removeprefix("ProfilerStep#")): e for e in annotations(doc, "microbatch#1")}
         assert len(annotations(doc, "microbatch#0")) == len(last) == 2
         mine = ar[ar["rank"] == rank]

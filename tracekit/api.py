@@ -17,6 +17,7 @@ from tracekit.compare import compare as compare_summaries
 from tracekit.config import Config
 from tracekit.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
+from tracekit.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
 from tracekit.rank import RankResult
 from tracekit.files import check_unique_ranks, find_trace_files, is_url
 from tracekit.schema import DATA_QUALITY_COLUMNS, RANK_COLUMNS
@@ -30,7 +31,7 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
 
     Args:
       trace_dir: folder or file, a local path or an fsspec URL (``s3://bucket/run``). Non-trace JSON files in a
-        folder (a workload's ``run.json``) are skipped and listed in ``summary.run["skipped"]``.
+        folder (a workload's ``run.json``) are skipped and listed in ``summary.run.skipped``.
       window: the time metrics cover; see ``tracekit.Config``.
       workers: processes that read ranks in parallel (local engine); default one per core, 1 for none.
       engine: ``"local"`` (this machine) or ``"dask"`` (the ranks are Dask tasks on the cluster of ``client``).
@@ -85,7 +86,7 @@ def _summary(run: Summary | str | Path, summarize_kwargs: dict) -> Summary:
     return run if isinstance(run, Summary) else summarize(run, **summarize_kwargs)
 
 
-def read_run_json(trace_dir: str | Path) -> dict | None:
+def read_run_json(trace_dir: str | Path) -> WorkloadRun | None:
     """The workload's own ``run.json`` beside the traces (throughput, config), or None when absent or unreadable."""
     path = Path(trace_dir) / "run.json"
     if not path.is_file():
@@ -94,10 +95,11 @@ def read_run_json(trace_dir: str | Path) -> dict | None:
         value = msgspec.json.decode(path.read_bytes())
     except (OSError, msgspec.DecodeError):
         return None
-    return value if isinstance(value, dict) else None
+    return WorkloadRun.from_json(value) if isinstance(value, dict) else None
 
 
-def combine(results: list[RankResult], skipped, config: Config, source: str = "", workload_run: dict | None = None) -> Summary:
+def combine(results: list[RankResult], skipped, config: Config, source: str = "",
+            workload_run: WorkloadRun | None = None) -> Summary:
     """Join per-rank results into the run's Summary: match collectives across ranks, correct clock offsets
     between hosts, and find stragglers. Two files with the same rank are refused."""
     check_unique_ranks(r.meta for r in results)
@@ -122,15 +124,13 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     ranks = _rank_table(results, steps, collectives)
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0
     offsets["corrected"] = offsets["rank"].isin(list(shift))
-    run = _run_facts(results, skipped, config, source, origin_ns)
-    run["clock_offsets"] = offsets.to_dict("records")
-    run["workload_run"] = workload_run
     evidence = crossrank.arrival_evidence(collectives, window_steps)
     slow = crossrank.verdict(evidence, "straggler")
-    run["straggler_suspicions"] = crossrank.verdict(evidence, "suspected").to_dict("records")
+    run = _run_facts(results, skipped, config, source, origin_ns, clock_offsets=offsets, workload=workload_run,
+                     straggler_suspicions=crossrank.verdict(evidence, "suspected"))
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run), fsdp, steps),
+                   findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run.to_dict()), fsdp, steps),
                    data_quality=_data_quality(results), fsdp=fsdp)
     return predict.with_predictions(summary, [r.graph for r in results], shift)
 
@@ -191,21 +191,19 @@ def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.
     return table[list(RANK_COLUMNS) + [c for c in table.columns if c not in RANK_COLUMNS]]
 
 
-def _run_facts(results: list[RankResult], skipped, config: Config, source: str, origin_ns: int) -> dict:
+def _run_facts(results: list[RankResult], skipped, config: Config, source: str, origin_ns: int, **tables) -> RunFacts:
     metas = [r.meta for r in results]
-    world = {m.world_size for m in metas if m.world_size is not None}
-    backends = {m.backend for m in metas if m.backend}
-    return {
-        "source": source,
-        "world_size": world.pop() if len(world) == 1 else (None if not world else sorted(world)),
-        "ranks_read": len(metas),
-        "backend": backends.pop() if len(backends) == 1 else (None if not backends else sorted(backends)),
-        "nccl_version": next((m.nccl_version for m in metas if m.nccl_version), None),
-        "device_names": sorted({n for m in metas for n in m.device_names if n}),
-        "host_names": sorted({m.host_name for m in metas if m.host_name}),
-        "files": [{"rank": m.rank, "path": m.path, "dropped_events": m.dropped_events} for m in metas],
-        "skipped": [{"path": p, "reason": r} for p, r in skipped],
-        "window": config.window,
-        "origin_ns": origin_ns,
-        "origin_us": origin_ns / 1e3,
-    }
+    return RunFacts(
+        source=source,
+        world_sizes=tuple(sorted({m.world_size for m in metas if m.world_size is not None})),
+        ranks_read=len(metas),
+        backends=tuple(sorted({m.backend for m in metas if m.backend})),
+        nccl_version=next((m.nccl_version for m in metas if m.nccl_version), None),
+        device_names=tuple(sorted({n for m in metas for n in m.device_names if n})),
+        host_names=tuple(sorted({m.host_name for m in metas if m.host_name})),
+        files=tuple(TraceFile(rank=m.rank, path=m.path, dropped_events=m.dropped_events) for m in metas),
+        skipped=tuple(SkippedFile(path=p, reason=r) for p, r in skipped),
+        window=config.window,
+        origin_ns=origin_ns,
+        **tables,
+    )

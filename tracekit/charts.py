@@ -1,9 +1,8 @@
 """Chart functions: a ``Summary`` -> a plotly ``Figure``, and the small tables the charts draw. Shared by the
 Streamlit viewer (``app/``) and the HTML report.
 
-Pure: nothing here reads files, caches, or prints; inputs are never changed. Columns that only the cross-rank
-analysis adds (``wait_us``, ``idle_host_us``, ``cause``, ...) are drawn where the Summary has them, and the
-charts fall back to what every Summary has when they are missing. Times are drawn in ms, sizes in bytes.
+Pure: nothing here reads files, caches, or prints; inputs are never changed. The charts read the Summary's columns
+as ``tracekit.schema`` lists them. Times are drawn in ms, sizes in bytes.
 
 >>> import tracekit
 >>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")
@@ -38,11 +37,10 @@ def headline(summary) -> dict:
     r = summary.ranks
     stepped = r[r["steps"] > 0]
     span, comm = r["span_us"].sum(), r["comm_us"].sum()
-    stragglers = getattr(summary, "stragglers", None)
-    straggler = stragglers is not None and len(stragglers) > 0
-    last = r["last_arrivals"].fillna(0) if "last_arrivals" in r else pd.Series(0, index=r.index)
+    straggler = len(summary.stragglers) > 0
+    last = r["last_arrivals"].fillna(0)
     if straggler:
-        worst = int(stragglers["rank"].iloc[0])
+        worst = int(summary.stragglers["rank"].iloc[0])
     elif last.max() > 0:
         # No rank is a straggler by the test, but the one most often last is who the others wait for; the slowest
         # step time would name a rank that only waits.
@@ -73,7 +71,7 @@ def _pct(part: float, whole: float) -> float:
 
 def rank_segments(summary) -> pd.DataFrame:
     """Per rank, the span split into parts that add up to it (us): compute alone, comm under compute, exposed
-    comm, memory alone (busy beyond compute and comm), and idle, by cause where the Summary has causes."""
+    comm, memory alone (busy beyond compute and comm), and idle by cause."""
     r = summary.ranks
     out = pd.DataFrame({
         "rank": r["rank"].to_numpy(),
@@ -83,20 +81,15 @@ def rank_segments(summary) -> pd.DataFrame:
         "memory": (r["busy_us"] - r["compute_us"] - r["exposed_comm_us"]).clip(lower=0).to_numpy(),
     })
     causes = idle_causes(summary)
-    if causes is None:
-        out["idle"] = r["idle_us"].to_numpy()
-    else:
-        for cause in IDLE_CAUSES:
-            out[f"idle: {cause}"] = causes[cause].to_numpy()
+    for cause in IDLE_CAUSES:
+        out[f"idle: {cause}"] = causes[cause].to_numpy()
     return out
 
 
-def idle_causes(summary) -> pd.DataFrame | None:
-    """Per rank, idle time by cause (us), or None when the Summary has no causes."""
+def idle_causes(summary) -> pd.DataFrame:
+    """Per rank, idle time by cause (us)."""
     r = summary.ranks
     columns = [f"idle_{c}_us" for c in IDLE_CAUSES]
-    if not all(c in r for c in columns):
-        return None
     out = r[["rank", *columns]].copy()
     out.columns = ["rank", *IDLE_CAUSES]
     return out
@@ -117,9 +110,7 @@ def rank_breakdown(summary) -> go.Figure:
 
 def step_heatmap(summary) -> go.Figure:
     """Rank x step heatmap of step time (ms); steps outside the window are left out."""
-    steps = summary.steps
-    if "in_window" in steps:
-        steps = steps[steps["in_window"].astype(bool)]
+    steps = _window(summary.steps)
     grid = steps.pivot_table(index="rank", columns="step", values="step_us", aggfunc="first").sort_index()
     fig = go.Figure(go.Heatmap(
         z=grid.to_numpy() / 1e3, x=[str(s) for s in grid.columns], y=[f"rank {r}" for r in grid.index],
@@ -134,7 +125,7 @@ def step_heatmap(summary) -> go.Figure:
 # ---------------------------------------------------------------------------------------- communication
 
 def _window(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["in_window"].astype(bool)] if "in_window" in frame else frame
+    return frame[frame["in_window"].astype(bool)]
 
 
 def op_table(summary) -> pd.DataFrame:
@@ -168,28 +159,19 @@ def busbw_vs_size(summary) -> go.Figure:
     return fig
 
 
-def wait_transfer(summary) -> pd.DataFrame | None:
-    """Per rank, collective time spent waiting for the last rank and transferring (us); None before matching."""
+def wait_transfer(summary) -> pd.DataFrame:
+    """Per rank, collective time spent waiting for the last rank and transferring (us)."""
     r = summary.ranks
-    if "comm_wait_us" in r and "comm_transfer_us" in r:
-        return pd.DataFrame({"rank": r["rank"], "wait": r["comm_wait_us"], "transfer": r["comm_transfer_us"]})
-    c = _window(summary.collectives)
-    if "wait_us" in c and "transfer_us" in c:
-        sums = c.groupby("rank")[["wait_us", "transfer_us"]].sum(min_count=1).reset_index()
-        return sums.rename(columns={"wait_us": "wait", "transfer_us": "transfer"})
-    return None
+    return pd.DataFrame({"rank": r["rank"], "wait": r["comm_wait_us"], "transfer": r["comm_transfer_us"]})
 
 
 def wait_vs_transfer(summary) -> go.Figure:
     """Per rank, stacked wait and transfer time in collectives (ms)."""
     table = wait_transfer(summary)
     fig = go.Figure()
-    if table is None:
-        _note(fig, "wait and transfer need the cross-rank matching of collectives")
-    else:
-        for part in ("wait", "transfer"):
-            fig.add_bar(name=part, x=[f"rank {r}" for r in table["rank"]], y=table[part] / 1e3,
-                        marker_color=COLORS[part], hovertemplate=f"{part}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
+    for part in ("wait", "transfer"):
+        fig.add_bar(name=part, x=[f"rank {r}" for r in table["rank"]], y=table[part] / 1e3,
+                    marker_color=COLORS[part], hovertemplate=f"{part}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
     fig.update_layout(barmode="stack", title="Collectives: waiting for the last rank vs transferring",
                       yaxis_title="ms", **_LAYOUT)
     return fig
@@ -198,7 +180,7 @@ def wait_vs_transfer(summary) -> go.Figure:
 # ------------------------------------------------------------------------------------------------- idle
 
 def gap_histogram(summary, bins: int = 40) -> go.Figure:
-    """Histogram of idle-gap durations on log-spaced bins, stacked by cause where gaps have one."""
+    """Histogram of idle-gap durations on log-spaced bins, stacked by cause."""
     gaps = summary.gaps[summary.gaps["dur_us"] > 0]
     fig = go.Figure()
     if gaps.empty:
@@ -207,10 +189,9 @@ def gap_histogram(summary, bins: int = 40) -> go.Figure:
         lo, hi = np.log10(gaps["dur_us"].min()), np.log10(gaps["dur_us"].max())
         edges = np.logspace(lo, hi + 1e-9, bins + 1) if hi > lo else np.array([10**lo * 0.9, 10**lo * 1.1])
         centers, widths = np.sqrt(edges[:-1] * edges[1:]), np.diff(edges)
-        by = gaps["cause"].astype(str) if "cause" in gaps else pd.Series("idle", index=gaps.index)
-        for cause, group in gaps.groupby(by):
+        for cause, group in gaps.groupby(gaps["cause"].astype(str)):
             counts, _ = np.histogram(group["dur_us"], edges)
-            name = "idle" if cause == "idle" else f"idle: {cause}"
+            name = f"idle: {cause}"
             fig.add_bar(x=centers, y=counts, width=widths, name=name, marker_color=COLORS.get(name),
                         hovertemplate="%{x:.3s} us: %{y} gaps")
     fig.update_layout(barmode="stack", title="Idle gaps by duration", xaxis_title="gap (us)", yaxis_title="gaps",
@@ -220,13 +201,11 @@ def gap_histogram(summary, bins: int = 40) -> go.Figure:
 
 
 def idle_by_cause(summary) -> go.Figure:
-    """Per rank, stacked idle time by cause (ms); one 'idle' bar when the Summary has no causes."""
+    """Per rank, stacked idle time by cause (ms)."""
     causes = idle_causes(summary)
-    if causes is None:
-        causes = pd.DataFrame({"rank": summary.ranks["rank"], "idle": summary.ranks["idle_us"]})
     fig = go.Figure()
-    for cause in causes.columns[1:]:
-        name = cause if cause == "idle" else f"idle: {cause}"
+    for cause in IDLE_CAUSES:
+        name = f"idle: {cause}"
         fig.add_bar(name=name, x=[f"rank {r}" for r in causes["rank"]], y=causes[cause] / 1e3,
                     marker_color=COLORS.get(name), hovertemplate=f"{name}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
     fig.update_layout(barmode="stack", title="Idle time by cause", yaxis_title="ms", **_LAYOUT)
@@ -234,7 +213,7 @@ def idle_by_cause(summary) -> go.Figure:
 
 
 def largest_gaps(summary, n: int = 20) -> pd.DataFrame:
-    """The ``n`` longest idle gaps of the run: rank, start_us, dur_us (and cause, step where present)."""
+    """The ``n`` longest idle gaps of the run (``summary.gaps`` rows: rank, start_us, dur_us, cause)."""
     return summary.gaps.nlargest(n, "dur_us").reset_index(drop=True)
 
 

@@ -39,9 +39,8 @@ def default_step(summary) -> int | None:
     steps = summary.steps
     if steps.empty:
         return None
-    window = steps.loc[steps["in_window"].astype(bool), "step"] if "in_window" in steps else steps["step"]
-    path = summary.critical_path_events
-    with_path = window[window.isin(path["step"])] if len(path) else window.iloc[:0]
+    window = steps.loc[steps["in_window"].astype(bool), "step"]
+    with_path = window[window.isin(summary.critical_path_events["step"])]
     for choice in (with_path, window, steps["step"]):
         if len(choice):
             return int(choice.min())
@@ -53,10 +52,9 @@ def step_span(summary, step: int) -> tuple[float, float]:
     step's start), widened to hold the step's critical path."""
     rows = summary.steps[summary.steps["step"] == step]
     path = summary.critical_path_events
-    path = path[path["step"] == step] if len(path) else path
-    starts = np.concatenate([rows["start_us"].to_numpy(float), path["start_us"].to_numpy(float) if len(path) else []])
-    ends = np.concatenate([(rows["start_us"] + rows["step_us"]).to_numpy(float),
-                           path["end_us"].to_numpy(float) if len(path) else []])
+    path = path[path["step"] == step]
+    starts = np.concatenate([rows["start_us"].to_numpy(float), path["start_us"].to_numpy(float)])
+    ends = np.concatenate([(rows["start_us"] + rows["step_us"]).to_numpy(float), path["end_us"].to_numpy(float)])
     if len(starts) == 0:
         raise ValueError(f"step {step} is in neither summary.steps nor summary.critical_path_events")
     return float(np.nanmin(starts)), float(np.nanmax(ends))
@@ -68,15 +66,15 @@ def collective_bars(summary, step: int) -> pd.DataFrame:
     matched. A matched call waits from ``start_us`` to ``transfer_start_us`` and transfers from there to ``end_us``."""
     c = summary.collectives
     c = c[c["step"] == step]
-    matched = (c["matched"].astype(bool) & c["wait_us"].notna()).to_numpy() if "matched" in c else np.zeros(len(c), bool)
+    matched = (c["matched"].astype(bool) & c["wait_us"].notna()).to_numpy()
     start = c["start_us"].to_numpy(float)
-    wait = c["wait_us"].to_numpy(float) if "wait_us" in c else np.full(len(c), np.nan)
+    wait = c["wait_us"].to_numpy(float)
     return pd.DataFrame({
-        "rank": c["rank"].to_numpy(), "match_id": c["match_id"].to_numpy() if "match_id" in c else -1,
+        "rank": c["rank"].to_numpy(), "match_id": c["match_id"].to_numpy(),
         "op": c["op"].astype(str).to_numpy(), "start_us": start,
         "transfer_start_us": np.where(matched, start + wait, np.nan),
         "end_us": start + c["dur_us"].to_numpy(float), "wait_us": np.where(matched, wait, np.nan),
-        "transfer_us": np.where(matched, c["transfer_us"].to_numpy(float) if "transfer_us" in c else np.nan, np.nan),
+        "transfer_us": np.where(matched, c["transfer_us"].to_numpy(float), np.nan),
         "matched": matched,
     })
 
@@ -151,14 +149,14 @@ def _collectives(fig: go.Figure, calls: pd.DataFrame) -> None:
 
 
 def _gaps(fig: go.Figure, gaps: pd.DataFrame, t0: float, t1: float, width_px: int) -> None:
-    cause = gaps["cause"].astype(str) if "cause" in gaps else pd.Series("idle", index=gaps.index)
+    cause = gaps["cause"].astype(str)
     rows = pd.DataFrame({"lane": [lane(r, "idle") for r in gaps["rank"]], "kind": cause.to_numpy(),
                          "start_us": gaps["start_us"].to_numpy(float), "dur_us": gaps["dur_us"].to_numpy(float),
                          "name": ("idle: " + cause).to_numpy()})
     drawn = timeline.bars(rows, t0, t1, width_px)
-    for kind in [c for c in (*IDLE_CAUSES, "idle") if c in set(drawn["kind"])]:
+    for kind in [c for c in IDLE_CAUSES if c in set(drawn["kind"])]:
         group = drawn[drawn["kind"] == kind]
-        name = "idle" if kind == "idle" else f"idle: {kind}"
+        name = f"idle: {kind}"
         fig.add_bar(orientation="h", y=group["lane"], base=group["start_us"] / 1e3, x=group["dur_us"] / 1e3,
                     name=name, marker_color=COLORS.get(name, COLORS["idle"]), marker_line_width=0,
                     hovertext=group["label"], hovertemplate="%{hovertext}<extra>%{y}</extra>")

@@ -6,6 +6,7 @@ exposed communication, and the rest of the step, which is shared between memory-
 proportions of the rank's window totals; idle is split again by its causes. So ``compute_ms + overlapped_comm_ms +
 exposed_comm_ms + memory_ms + idle_ms == step_time_ms``, and runs with different step counts compare fairly.
 Collective counts and sizes per step are 0 for an op a run never calls; its bandwidth is then n/a.
+``throughput_samples_per_s`` is the un-profiled throughput from the workload's run.json (unknown without one).
 ``ratio`` is b / a: below 1 means run b spends less (or, for throughput and bandwidth, reaches less).
 """
 
@@ -64,7 +65,7 @@ def compare(sa: Summary, sb: Summary) -> Comparison:
     })
     with np.errstate(divide="ignore", invalid="ignore"):
         table["ratio"] = np.where(table["a"] != 0, table["b"] / table["a"], np.nan)
-    return Comparison(a=str(sa.run.get("source", "a")), b=str(sb.run.get("source", "b")), table=table)
+    return Comparison(a=sa.run.source or "a", b=sb.run.source or "b", table=table)
 
 
 def _calls(s: Summary) -> pd.DataFrame:
@@ -98,9 +99,9 @@ def step_parts(s: Summary) -> pd.DataFrame:
 
 def _metrics(s: Summary, ops: list[str]) -> list[tuple[str, float]]:
     parts = step_parts(s)
-    workload = s.run.get("workload_run") or {}
+    workload = s.run.workload
     out = [("step_time_ms", float(parts["step_time"].mean()) / 1e3),
-           ("throughput_samples_per_s", _throughput(workload))]
+           ("throughput_samples_per_s", math.nan if workload is None else workload.throughput_unprofiled)]
     for name in [p.removesuffix("_ms") for p in PARTS] + [f"idle_{c}" for c in IDLE_CAUSES]:
         out.append((f"{name}_ms", float(parts[name].mean()) / 1e3))
     r = s.ranks
@@ -115,13 +116,6 @@ def _metrics(s: Summary, ops: list[str]) -> list[tuple[str, float]]:
         out.append((f"{op}_calls_per_step", len(c) / n_ranks / n_steps))
         out.append((f"{op}_median_busbw_gbps", float(c["busbw_gbps"].median()) if len(c) else math.nan))
     return out
-
-
-def _throughput(workload: dict) -> float:
-    value = workload.get("throughput_samples_per_s")
-    if isinstance(value, dict):
-        value = value.get("unprofiled", value.get("profiled"))
-    return float(value) if isinstance(value, (int, float)) else math.nan
 
 
 def _unit(name: str) -> str:

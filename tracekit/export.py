@@ -4,7 +4,7 @@
 from the files the Summary lists) in, a JSON-ready dict out. Writing the file is the CLI's (``tracekit export``).
 
 Per rank (``pid`` = rank, named by ``M`` metadata events), times in us from the run's origin on the corrected clock
-(``Summary.clock_shift_ns`` and ``run["origin_ns"]``, as every Summary table):
+(``Summary.clock_shift_ns`` and ``run.origin_ns``, as every Summary table):
   - every complete event of the rank's trace (host ops, runtime calls, kernels, memcpys, gloo calls), one thread
     (``tid``) per trace thread or GPU stream, with the args tracekit reads (correlation, External id, stream and the
     collective's name, group, Seq, sizes), so the reader reads the export back (one process per file, see below);
@@ -36,10 +36,10 @@ _COMM_ARGS = {"collective": "Collective name", "pg": "Process Group Name", "seq"
 
 
 def rank_events(summary: Summary) -> dict[int, tuple[pd.DataFrame, pd.DataFrame]]:
-    """Each rank's (events, comm_args) read again from the trace files the Summary lists (``run["files"]``)."""
+    """Each rank's (events, comm_args) read again from the trace files the Summary lists (``run.files``)."""
     out = {}
-    for f in summary.run.get("files", []):
-        meta, events, comm_args = read_rank(f["path"], default_rank=f["rank"])
+    for f in summary.run.files:
+        meta, events, comm_args = read_rank(f.path, default_rank=f.rank)
         out[meta.rank] = (events, comm_args)
     return out
 
@@ -47,7 +47,7 @@ def rank_events(summary: Summary) -> dict[int, tuple[pd.DataFrame, pd.DataFrame]
 def export_trace(summary: Summary, events: dict[int, tuple[pd.DataFrame, pd.DataFrame]]) -> dict:
     """The Trace Event Format document (``traceEvents``, ``displayTimeUnit``, and ``tracekit``: per rank its
     backend, world size and host, which the reader needs when a rank is read back from its own file)."""
-    origin = int(summary.run.get("origin_ns", 0))
+    origin = int(summary.run.origin_ns)
     out: list[dict] = []
     for rank in sorted(events):
         ev, comm_args = events[rank]
@@ -75,11 +75,10 @@ def split_ranks(trace: dict) -> dict[int, dict]:
 
 
 def _rank_facts(summary: Summary, events) -> list[dict]:
-    world = summary.run.get("world_size")
-    backend = summary.run.get("backend")
-    hosts = {o.get("rank"): o.get("host") for o in summary.run.get("clock_offsets", [])}
-    return [{"rank": int(r), "backend": backend if isinstance(backend, str) else None,
-             "world_size": world if isinstance(world, int) else None, "host_name": hosts.get(r)} for r in sorted(events)]
+    offsets = summary.run.clock_offsets
+    hosts = dict(zip(offsets["rank"].tolist(), offsets["host"].tolist()))
+    return [{"rank": int(r), "backend": summary.run.backend, "world_size": summary.run.world_size,
+             "host_name": hosts.get(r)} for r in sorted(events)]
 
 
 def _metadata(rank: int, summary: Summary) -> list[dict]:

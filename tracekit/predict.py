@@ -227,7 +227,7 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int])
     from tracekit.critical_path import critical_paths
     from tracekit.rungraph import run_graph
 
-    graph = run_graph(graphs, summary.collectives, shift, int(summary.run.get("origin_ns", 0)))
+    graph = run_graph(graphs, summary.collectives, shift, summary.run.origin_ns)
     window_steps = _window(summary.steps)
     if graph.empty:
         return dataclasses.replace(summary, graph=graph)

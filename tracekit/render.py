@@ -8,6 +8,7 @@ import pandas as pd
 
 from tracekit import findings as checks
 from tracekit import quality
+from tracekit.facts import one_or_all
 from tracekit.fmt import is_unknown, mb, ms, num, pct, share
 
 if TYPE_CHECKING:  # a Summary is only read here; summary.py imports this module for Summary.__str__
@@ -18,22 +19,21 @@ def text_report(summary: Summary) -> str:
     """A readable report: run facts, one line per rank, and collectives per op. ``unknown`` marks numbers the trace cannot give."""
     run = summary.run
     lines = [
-        f"tracekit summary of {run.get('source') or 'traces'}",
-        f"  ranks read {run.get('ranks_read')} of world size {_v(run.get('world_size'))}, backend {_v(run.get('backend'))}, "
-        f"devices: {', '.join(run.get('device_names') or []) or ', '.join(sorted(set(summary.ranks['device'].astype(str))))}",
-        f"  window: {run.get('window')} (times below are per rank over the window)",
+        f"tracekit summary of {run.source or 'traces'}",
+        f"  ranks read {run.ranks_read} of world size {_v(one_or_all(run.world_sizes))}, "
+        f"backend {_v(one_or_all(run.backends))}, "
+        f"devices: {', '.join(run.device_names) or ', '.join(sorted(set(summary.ranks['device'].astype(str))))}",
+        f"  window: {run.window} (times below are per rank over the window)",
     ]
-    workload = run.get("workload_run") or {}
-    if workload:
-        rates = workload.get("throughput_samples_per_s") or {}
-        rates = rates if isinstance(rates, dict) else {"measured": rates}
-        shown = ", ".join(f"{v:,.1f} samples/s {k}" for k, v in rates.items() if isinstance(v, (int, float)))
-        lines.append(f"  workload run.json: {workload.get('workload', '?')}, mode {workload.get('mode', '?')}"
+    workload = run.workload
+    if workload is not None:
+        shown = ", ".join(f"{v:,.1f} samples/s {k}" for k, v in workload.throughputs().items())
+        lines.append(f"  workload run.json: {_or_ask(workload.workload)}, mode {_or_ask(workload.mode)}"
                      + (f"; {shown}" if shown else ""))
-    for skipped in run.get("skipped", []):
-        if workload and skipped["path"].endswith("run.json"):
+    for skipped in run.skipped:
+        if workload is not None and skipped.path.endswith("run.json"):
             continue  # read above as the workload's description, not a trace
-        lines.append(f"  skipped {skipped['path']}: {skipped['reason']}")
+        lines.append(f"  skipped {skipped.path}: {skipped.reason}")
     lines += ["", "Per rank: times in ms, (%) their share of the rank's span; comm overlapped: % of comm under compute",
               _rank_lines(summary.ranks), ""]
     lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
@@ -85,7 +85,7 @@ def _rank_lines(ranks: pd.DataFrame) -> str:
 
 
 def _op_lines(collectives: pd.DataFrame) -> str:
-    calls = collectives[collectives["in_window"]] if "in_window" in collectives else collectives
+    calls = collectives[collectives["in_window"]]
     if calls.empty:
         return "  (no collectives)"
     grouped = calls.groupby("op", observed=True)
@@ -105,6 +105,10 @@ def _indent(text: str) -> str:
 
 def _v(v) -> str:
     return "unknown" if is_unknown(v) else str(v)
+
+
+def _or_ask(v: str | None) -> str:
+    return "?" if v is None else v
 
 
 def _quality_lines(summary: Summary) -> list[str]:

@@ -11,7 +11,6 @@ overview, ranks, communication and idle charts of a run. ``tracekit report DIR -
 from __future__ import annotations
 
 import html
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -19,21 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from tracekit import charts
+from tracekit.facts import RunFacts, one_or_all
 from tracekit.fmt import display_units, ms, num, pct, rate
 from tracekit.render import checked
-
-def throughput(workload: dict | None) -> dict[str, float]:
-    """Samples/s from a ``run.json``: ``{"unprofiled": ..., "profiled": ...}`` as the workloads write it, or
-    ``{"samples_per_s": ...}`` for a plain number; only the numbers that are there."""
-    if not workload:
-        return {}
-    value = workload.get("throughput_samples_per_s", workload.get("samples_per_s", workload.get("throughput")))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = {"samples_per_s": value}
-    if not isinstance(value, dict):
-        return {}
-    return {k: float(v) for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-            and math.isfinite(v)}
 
 
 def html_report(summary, title: str | None = None) -> str:
@@ -41,15 +28,15 @@ def html_report(summary, title: str | None = None) -> str:
     from plotly.offline import get_plotlyjs
 
     run = summary.run
-    workload = run.get("workload_run")
-    title = title or f"tracekit report: {run.get('source') or 'run'}"
+    title = title or f"tracekit report: {run.source or 'run'}"
     head = charts.headline(summary)
     figures = [
         ("Ranks", [charts.rank_breakdown(summary), charts.step_heatmap(summary)]),
         ("Communication", [charts.busbw_vs_size(summary), charts.wait_vs_transfer(summary)]),
         ("Idle", [charts.gap_histogram(summary), charts.idle_by_cause(summary)]),
     ]
-    body = [f"<h1>{_e(title)}</h1>", _facts(run, workload), "<h2>Overview</h2>", _headline(head, throughput(workload)),
+    rates = {} if run.workload is None else run.workload.throughputs()
+    body = [f"<h1>{_e(title)}</h1>", _facts(run), "<h2>Overview</h2>", _headline(head, rates),
             _findings(summary.findings),
             _table(display_units(summary.ranks), "Per rank (times in ms, sizes in MB; *_pct in percent)")]
     for section, figs in figures:
@@ -92,15 +79,15 @@ def _e(value) -> str:
     return html.escape(str(value))
 
 
-def _facts(run: dict, workload: dict | None) -> str:
+def _facts(run: RunFacts) -> str:
     facts = {
-        "source": run.get("source"), "world size": run.get("world_size"), "backend": run.get("backend"),
-        "devices": ", ".join(run.get("device_names") or []) or "cpu", "window": run.get("window"),
-        "files read": len(run.get("files") or []), "files skipped": len(run.get("skipped") or []),
+        "source": run.source, "world size": one_or_all(run.world_sizes), "backend": one_or_all(run.backends),
+        "devices": ", ".join(run.device_names) or "cpu", "window": run.window,
+        "files read": len(run.files), "files skipped": len(run.skipped),
     }
-    if workload:
-        facts.update({"workload": workload.get("workload"), "mode": workload.get("mode"),
-                      "created": workload.get("created")})
+    workload = run.workload
+    if workload is not None:
+        facts.update({"workload": workload.workload, "mode": workload.mode, "created": workload.created})
     items = "".join(f"<li><b>{_e(k)}</b>: {_e(v)}</li>" for k, v in facts.items() if v is not None)
     return f"<ul class=\"facts\">{items}</ul>"
 
@@ -123,8 +110,7 @@ def _findings(findings) -> str:
         items = "".join(f"<li>{_e(c)}</li>" for c in checked())
         return f"<h3>Findings</h3><p>None: no check fired. Checked:</p><ul>{items}</ul>"
     items = "".join(
-        f"<li><b>[{_e(getattr(f, 'severity', ''))}] {_e(getattr(f, 'message', f))}</b>"
-        f"<br>{_e(getattr(f, 'recommendation', ''))}</li>" for f in findings)
+        f"<li><b>[{_e(f.severity)}] {_e(f.message)}</b><br>{_e(f.recommendation)}</li>" for f in findings)
     return f"<h3>Findings (most severe first)</h3><ol class=\"findings\">{items}</ol>"
 
 

@@ -10,7 +10,17 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit.schema import DATA_QUALITY_COLUMNS
+from tracekit import schema
+from tracekit.facts import RunFacts
+
+# The columns of crossrank.imbalance and crossrank.mismatches, for the Summary's empty defaults.
+IMBALANCE_COLUMNS = ("step", "ranks", "max_step_us", "median_step_us", "imbalance", "slowest_rank")
+MISMATCH_COLUMNS = ("kind", "pg", "op", "position", "ranks", "detail", "match_id")
+
+
+def _table(columns):
+    """A field whose default is an empty table with these columns."""
+    return field(default_factory=lambda: pd.DataFrame(columns=list(columns)))
 
 
 @dataclass(frozen=True)
@@ -32,33 +42,34 @@ class Summary:
       graph        the run's dependency graph, one row per node (``tracekit.graph``): what ``tracekit.whatif`` replays
       fsdp         one row per rank x step x FSDP unit x phase (``tracekit.fsdp``); empty without FSDP
     ``findings`` lists what to change, most severe first.
-    ``run`` holds facts about the run: world size, backend, devices, files read and skipped, the window.
+    ``run`` holds facts about the run (``tracekit.facts.RunFacts``): world size, backend, devices, files read and
+    skipped, the window, clock offsets, and the workload's run.json.
+    Every field is always there: a table the run does not fill is empty, with its columns.
     """
 
     ranks: pd.DataFrame
     steps: pd.DataFrame
     collectives: pd.DataFrame
     gaps: pd.DataFrame
-    run: dict[str, Any] = field(default_factory=dict)
-    stragglers: pd.DataFrame = field(default_factory=pd.DataFrame)
-    imbalance: pd.DataFrame = field(default_factory=pd.DataFrame)
-    mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
+    run: RunFacts = field(default_factory=RunFacts)
+    stragglers: pd.DataFrame = _table(schema.STRAGGLER_COLUMNS)
+    imbalance: pd.DataFrame = _table(IMBALANCE_COLUMNS)
+    mismatches: pd.DataFrame = _table(MISMATCH_COLUMNS)
     findings: tuple = ()
-    critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
-    critical_path_events: pd.DataFrame = field(default_factory=pd.DataFrame)
-    graph: pd.DataFrame = field(default_factory=pd.DataFrame)
-    data_quality: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(DATA_QUALITY_COLUMNS)))
-    fsdp: pd.DataFrame = field(default_factory=pd.DataFrame)
+    critical_path: pd.DataFrame = _table(schema.CRITICAL_PATH_COLUMNS)
+    critical_path_events: pd.DataFrame = _table(schema.CRITICAL_PATH_EVENT_COLUMNS)
+    graph: pd.DataFrame = _table(schema.GRAPH_COLUMNS)
+    data_quality: pd.DataFrame = _table(schema.DATA_QUALITY_COLUMNS)
+    fsdp: pd.DataFrame = _table(schema.FSDP_COLUMNS)
 
     def clock_shift_ns(self, rank: int) -> int:
         """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
 
-        With ``run["origin_ns"]``: a raw event time ``ts_ns`` is at ``(ts_ns - shift - origin_ns) / 1e3`` us in the tables.
+        With ``run.origin_ns``: a raw event time ``ts_ns`` is at ``(ts_ns - shift - origin_ns) / 1e3`` us in the tables.
         """
-        for o in self.run.get("clock_offsets", []):
-            if o.get("rank") == rank and o.get("corrected"):
-                return int(round(o["offset_us"] * 1e3))
-        return 0
+        o = self.run.clock_offsets
+        hit = o.loc[(o["rank"] == rank) & o["corrected"].astype(bool), "offset_us"]
+        return int(round(float(hit.iloc[0]) * 1e3)) if len(hit) else 0
 
     def step_times(self) -> pd.DataFrame:
         """Rank x step table of step times (us)."""
@@ -73,7 +84,7 @@ class Summary:
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values: tables as lists of records, NaN as None."""
         return {
-            "run": _plain(self.run),
+            "run": _plain(self.run.to_dict()),
             "ranks": _records(self.ranks),
             "steps": _records(self.steps),
             "collectives": _records(self.collectives),

@@ -19,8 +19,7 @@ if st.session_state.get("allranks_step") not in numbers:
 step = st.select_slider("Step", numbers, key="allranks_step") if len(numbers) > 1 else numbers[0]
 st.plotly_chart(charts_run.allranks_timeline(s, step), key=f"allranks_{step}")
 calls = charts_run.collective_bars(s, step)
-path = s.critical_path_events
-on_path = path[path["step"] == step] if len(path) else path
+on_path = s.critical_path_events[s.critical_path_events["step"] == step]
 st.caption(
     f"{int(calls['matched'].sum())} matched collective call(s) on {calls['rank'].nunique()} rank(s) in step {step}; "
     f"{len(on_path):,} critical-path segment(s)"

@@ -12,8 +12,8 @@ BARS = (("compute_us", "compute"), ("allgather_us", "all-gather"), ("allgather_e
 ctx = state.context()
 s = ctx.summary
 state.header("FSDP", ctx)
-table = getattr(s, "fsdp", None)
-if table is None or table.empty:
+table = s.fsdp
+if table.empty:
     st.info("This run has no FSDP units: no `FSDP::*` (fully_shard) or `FullyShardedDataParallel.*` annotations in "
             "its traces.")
     st.stop()

@@ -12,17 +12,15 @@ st.plotly_chart(charts.rank_breakdown(s), key="ranks_breakdown")
 st.caption("Compute alone, communication under compute (overlapped), communication with nothing under it "
            "(exposed), memory copies alone, and idle time (by cause where known); together they make the span.")
 st.plotly_chart(charts.step_heatmap(s), key="ranks_heatmap")
-stragglers = getattr(s, "stragglers", None)
-if stragglers is not None and len(stragglers):
+if len(s.stragglers):
     st.subheader("Stragglers")
     st.caption("Ranks that arrive last at collectives far more often than chance, and the waiting they cause.")
-    stragglers = fmt.display_units(stragglers)
+    stragglers = fmt.display_units(s.stragglers)
     st.dataframe(stragglers, hide_index=True, column_config=fmt.columns(stragglers))
-imbalance = getattr(s, "imbalance", None)
-if imbalance is not None and len(imbalance):
+if len(s.imbalance):
     st.subheader("Imbalance per step")
     st.caption("Slowest over median step time across ranks, per step in the window.")
-    imbalance = fmt.display_units(imbalance)
+    imbalance = fmt.display_units(s.imbalance)
     st.dataframe(imbalance, hide_index=True, column_config=fmt.columns(imbalance))
 st.subheader("Per rank")
 st.caption("Times in ms, sizes in MB, as everywhere in tracekit's output.")

@@ -14,12 +14,12 @@ WINDOW = "timeline_window"
 ctx = state.context()
 s = ctx.summary
 state.header("Timeline", ctx)
-files = {int(f["rank"]): f["path"] for f in s.run.get("files", [])}
+files = {int(f.rank): f.path for f in s.run.files}
 if ctx.rank not in files:
     st.info(f"No trace file for rank {ctx.rank}.")
     st.stop()
 # The rank's own clock, moved onto the run's like the Summary's steps and gaps (see Summary.clock_shift_ns).
-events = loader.rank_lanes(files[ctx.rank], ctx.rank, int(s.run["origin_ns"]) + s.clock_shift_ns(ctx.rank), ctx.key)
+events = loader.rank_lanes(files[ctx.rank], ctx.rank, int(s.run.origin_ns) + s.clock_shift_ns(ctx.rank), ctx.key)
 if events.empty:
     st.info(f"Rank {ctx.rank} has no device events to draw.")
     st.stop()
