@@ -180,7 +180,7 @@ def test_amd_host_bound_and_precision_advice_name_amd_features(tmp_path):
 ])
 def test_gpu_vendor(runtimes, names, vendor):
     ranks = pd.DataFrame({"rank": range(len(runtimes)), "gpu_runtime": runtimes})
-    assert finding.gpu_vendor(ranks, {"device_names": names}) == vendor
+    assert finding.gpu_vendor(ranks, names) == vendor
 
 
 def test_unknown_vendor_gets_nothing_vendor_specific(tmp_path):
@@ -189,7 +189,7 @@ def test_unknown_vendor_gets_nothing_vendor_specific(tmp_path):
     for base in (0, 1000):
         events += [kernel("gemm_f16", base, 800), comm("all_reduce", base + 800, 200)]
     s = run(tmp_path, {0: events, 1: events})
-    assert s.ranks["gpu_runtime"].isna().all() and finding.gpu_vendor(s.ranks, s.run.to_dict()) is None
+    assert s.ranks["gpu_runtime"].isna().all() and finding.gpu_vendor(s.ranks, s.run.device_names) is None
     text = only(s, "exposed_comm").recommendation
     assert not any(word in text for word in ("NVLink", "nvidia-smi", "rocm-smi", "Infinity Fabric", "CUDA", "HIP"))
 

@@ -130,7 +130,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                      straggler_suspicions=crossrank.verdict(evidence, "suspected"))
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run.to_dict()), fsdp, steps),
+                   findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run), fsdp, steps),
                    data_quality=_data_quality(results), fsdp=fsdp)
     return predict.with_predictions(summary, [r.graph for r in results], shift)
 

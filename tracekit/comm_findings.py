@@ -99,8 +99,8 @@ def _op_advice(op: str, ddp: bool) -> str:
 
 def straggler(ranks, collectives, stragglers, run):
     """Stragglers (the binomial test passed) and, at low severity, suspicions (over the bar, but too few calls or p
-    too high: ``run["straggler_suspicions"]``), when the others wait at least STRAGGLER_WAIT_SHARE[0] of a step."""
-    suspected = pd.DataFrame(run.get("straggler_suspicions") or [])
+    too high: ``run.straggler_suspicions``), when the others wait at least STRAGGLER_WAIT_SHARE[0] of a step."""
+    suspected = run.straggler_suspicions
     if (stragglers.empty and suspected.empty) or ranks["step_time_us"].isna().all():
         return []
     step_us = float(ranks["step_time_us"].median())
@@ -134,13 +134,13 @@ def straggler(ranks, collectives, stragglers, run):
 def low_busbw(ranks, collectives, stragglers, run):
     """Large all-reduces (``LARGE_MESSAGE_BYTES``) whose median bus bandwidth is under ``BUSBW_SHARE`` of the
     GPUs' link (``LINK_GBPS``); judged on one node of known, non-PCIe GPUs only."""
-    world = run.get("world_size")
+    world = run.world_size
     calls = collectives[collectives["in_window"].astype(bool) & (collectives["op"] == "all_reduce")
                         & (collectives["bytes"] >= LARGE_MESSAGE_BYTES)]
-    gpu_names = [n for n in run.get("device_names", [])]
+    gpu_names = list(run.device_names)
     link = next((bw for key, bw in LINK_GBPS.items() for n in gpu_names if key in n), None)
     pcie = any("pcie" in n.lower() for n in gpu_names)
-    one_host = len(set(run.get("host_names", []))) <= 1
+    one_host = len(set(run.host_names)) <= 1
     if calls.empty or link is None or pcie or not one_host or not isinstance(world, int) or world > 8:
         return []  # no known NVLink to compare with (CPU, unknown or PCIe GPU, or across nodes)
     # Bandwidth over the transfer only, when the collective was matched, so waiting for late ranks is not counted.
@@ -150,7 +150,7 @@ def low_busbw(ranks, collectives, stragglers, run):
     if not achieved < BUSBW_SHARE * link:
         return []
     hit = sorted(int(r) for r in calls["rank"].unique())
-    vendor = VENDOR[gpu_vendor(ranks, run)]
+    vendor = VENDOR[gpu_vendor(ranks, run.device_names)]
     ddp = holds_on_any(ranks, hit, "ddp")
     size = "keep DDP's buckets large enough (bucket_cap_mb) " if ddp else "send fewer, larger all-reduces "
     return [Finding(

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
+from tracekit.schema import IMBALANCE_COLUMNS, MISMATCH_COLUMNS
 
 # A straggler passes the binomial test: last more often than chance with p < STRAGGLER_P, over MIN_TESTED calls.
 STRAGGLER_P = 0.01
@@ -83,7 +84,7 @@ def mismatches(coll: pd.DataFrame, group: np.ndarray, expected_ranks, bad_timing
     """Collectives that do not line up across ranks: missing on some ranks, different sizes or ops at one position,
     a different op order, or a match whose timing is impossible. ``expected_ranks(pg)`` gives the ranks read that
     belong to a process group."""
-    columns = ["kind", "pg", "op", "position", "ranks", "detail", "match_id"]
+    columns = list(MISMATCH_COLUMNS)
     if coll.empty:
         return pd.DataFrame(columns=columns)
     pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
@@ -242,7 +243,7 @@ def _binomial_tail(n: int, k: int, p: float) -> float:
 def imbalance(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step in the window: slowest and median step time across ranks, their ratio, and the slowest rank."""
     window = steps[steps["in_window"].astype(bool)]
-    columns = ["step", "ranks", "max_step_us", "median_step_us", "imbalance", "slowest_rank"]
+    columns = list(IMBALANCE_COLUMNS)
     if window.empty:
         return pd.DataFrame(columns=columns)
     grouped = window.groupby("step")

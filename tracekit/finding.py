@@ -67,10 +67,10 @@ VENDOR = {
 }
 
 
-def gpu_vendor(ranks: pd.DataFrame, run: dict) -> str | None:
+def gpu_vendor(ranks: pd.DataFrame, device_names=()) -> str | None:
     """``amd``, ``nvidia`` or None (unknown): from the runtime calls' names, else the device names."""
     runtimes = set(ranks["gpu_runtime"].dropna()) if "gpu_runtime" in ranks else set()
-    names = [str(n) for n in run.get("device_names", [])]
+    names = [str(n) for n in device_names]
     if "hip" in runtimes or any(_AMD_NAME.search(n) for n in names):
         return "amd"
     if "cuda" in runtimes or any(_NVIDIA_NAME.search(n) for n in names):

@@ -26,8 +26,9 @@ SYNC_IDLE_SHARE = 0.01
 REDUCED_PRECISION_SHARE = 0.01        # of compute-kernel time
 
 
-def find(ranks: pd.DataFrame, collectives: pd.DataFrame, stragglers: pd.DataFrame, run: dict) -> tuple[Finding, ...]:
-    """All findings of a run, most severe first (then by how much time is at stake)."""
+def find(ranks: pd.DataFrame, collectives: pd.DataFrame, stragglers: pd.DataFrame, run) -> tuple[Finding, ...]:
+    """All findings of a run, most severe first (then by how much time is at stake). ``run``: its
+    ``tracekit.facts.RunFacts`` (device and host names, world size, straggler suspicions)."""
     return by_severity(f for check in _CHECKS for f in check(ranks, collectives, stragglers, run))
 
 
@@ -43,7 +44,7 @@ def _host_bound(ranks, collectives, stragglers, run):
     if (device["device"] == "mtia").any():  # no GPU: say device, and no GPU graph API
         unit, capture = "device", "torch.compile the step"
     else:
-        graphs = VENDOR[gpu_vendor(device, run)]["graphs"]
+        graphs = VENDOR[gpu_vendor(device, run.device_names)]["graphs"]
         unit, capture = "GPU", f"capture the step with {graphs} or torch.compile(mode='reduce-overhead')"
     return _idle_finding(device, "idle_host_us", HOST_IDLE_SHARE, "host_bound",
                          f"The {unit} idles waiting for kernel launches for up to {{share:.0%}} of its time ({{ranks}}).",
@@ -117,7 +118,7 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
     hit = gpu[share < REDUCED_PRECISION_SHARE]
     if hit.empty:
         return []
-    matrix = VENDOR[gpu_vendor(gpu, run)]["matrix"]
+    matrix = VENDOR[gpu_vendor(gpu, run.device_names)]["matrix"]
     return [Finding(
         "no_reduced_precision", "medium", tuple(int(r) for r in hit["rank"]),
         f"Only {float(share[hit.index].max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with {matrix} "

@@ -57,7 +57,7 @@ def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None 
     """
     table = predict_graph(summary.graph, _window(summary.steps), scenarios, compute_scale)
     quality = summary.data_quality
-    if len(quality) and quality["device_events_absent"].astype(bool).any():
+    if quality["device_events_absent"].astype(bool).any():
         # A device rank whose kernels were not collected: what the device did is unknown, so is any change to it.
         changed = (table["scenario"] != "baseline").to_numpy()
         table.loc[changed, ["step_time_us", "speedup", "saving_us", "saving_pct"]] = np.nan

@@ -160,7 +160,28 @@ GAP_COLUMNS = {
     "cause": "sync, data, comm_wait, host or other (see tracekit.causes)",
 }
 
-# summary.stragglers (ranks that pass the binomial test) and the records of run["straggler_suspicions"] (over the bar
+# summary.imbalance: see tracekit.crossrank.imbalance.
+IMBALANCE_COLUMNS = {
+    "step": "step number (window steps only)",
+    "ranks": "ranks that ran this step",
+    "max_step_us": "the slowest rank's step time",
+    "median_step_us": "the median step time across ranks",
+    "imbalance": "max_step_us / median_step_us",
+    "slowest_rank": "the rank with max_step_us",
+}
+
+# summary.mismatches: collectives that do not line up across ranks; see tracekit.crossrank.mismatches.
+MISMATCH_COLUMNS = {
+    "kind": "missing, size, op, order or timing",
+    "pg": "process group (? when the trace names none)",
+    "op": "the op(s) at that position",
+    "position": "where in the group's sequence (its Seq, or the call's order)",
+    "ranks": "the ranks concerned",
+    "detail": "what differs, in words",
+    "match_id": "the match (group of calls across ranks) it concerns",
+}
+
+# summary.stragglers (ranks that pass the binomial test) and the rows of run.straggler_suspicions (over the bar
 # with too little evidence): see tracekit.crossrank.arrival_evidence.
 STRAGGLER_COLUMNS = {
     "rank": "rank",
@@ -172,7 +193,7 @@ STRAGGLER_COLUMNS = {
     "caused_wait_us_per_step": "per step, mean over the other ranks of their wall-clock wait in the calls it was last to",
 }
 
-# The records of run["clock_offsets"], one per rank: see tracekit.clocks.
+# The rows of run.clock_offsets, one per rank: see tracekit.clocks.
 CLOCK_OFFSET_FIELDS = {
     "rank": "rank",
     "host": "host_name of its trace (None: unknown, the rank is its own clock)",

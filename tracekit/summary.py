@@ -13,9 +13,6 @@ import pandas as pd
 from tracekit import schema
 from tracekit.facts import RunFacts
 
-# The columns of crossrank.imbalance and crossrank.mismatches, for the Summary's empty defaults.
-IMBALANCE_COLUMNS = ("step", "ranks", "max_step_us", "median_step_us", "imbalance", "slowest_rank")
-MISMATCH_COLUMNS = ("kind", "pg", "op", "position", "ranks", "detail", "match_id")
 
 
 def _table(columns):
@@ -53,8 +50,8 @@ class Summary:
     gaps: pd.DataFrame
     run: RunFacts = field(default_factory=RunFacts)
     stragglers: pd.DataFrame = _table(schema.STRAGGLER_COLUMNS)
-    imbalance: pd.DataFrame = _table(IMBALANCE_COLUMNS)
-    mismatches: pd.DataFrame = _table(MISMATCH_COLUMNS)
+    imbalance: pd.DataFrame = _table(schema.IMBALANCE_COLUMNS)
+    mismatches: pd.DataFrame = _table(schema.MISMATCH_COLUMNS)
     findings: tuple = ()
     critical_path: pd.DataFrame = _table(schema.CRITICAL_PATH_COLUMNS)
     critical_path_events: pd.DataFrame = _table(schema.CRITICAL_PATH_EVENT_COLUMNS)
