@@ -3,6 +3,7 @@ viewer's Overview. Each fact is planted in a tiny trace built here; the counts a
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 
 import tracekit
 from tracekit import quality, schema
+from tracekit.report import html_report
 from tracedata import cpu, kernel, launch, step, write_trace
 
 GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8"
@@ -35,7 +37,7 @@ def test_a_clean_run_has_the_table_and_no_notes(tmp_path):
          "pre_trace_events": 0, "pre_trace_device_us": 0.0, "dropped_events": 0, "unknown_categories": "",
          "unknown_category_events": 0, "rank_source": "distributedInfo", "shapes_recorded": True} for r in (0, 1)]
     assert quality.notes(s.data_quality) == []
-    assert "Data quality" not in str(s)
+    assert "Data quality" not in str(s) and "Data quality" not in html_report(s)
     assert [row["rank"] for row in json.loads(s.to_json())["data_quality"]] == [0, 1]
 
 
@@ -67,6 +69,8 @@ def test_every_fact_is_counted_and_noted(tmp_path):
     ]
     text = str(s)
     assert "Data quality" in text and all(note in text for note in quality.notes(s.data_quality))
+    page = html_report(s)  # the HTML report says the same
+    assert "<h3>Data quality</h3>" in page and all(html.escape(n) in page for n in quality.notes(s.data_quality))
     row = next(r for r in json.loads(s.to_json())["data_quality"] if r["rank"] == 3)
     assert row["pre_trace_events"] == 1 and row["shapes_recorded"] is False
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracekit import charts
+from tracekit import charts, quality
 from tracekit.facts import RunFacts, one_or_all
 from tracekit.fmt import display_units, ms, num, pct, rate
 from tracekit.render import checked
@@ -36,8 +36,8 @@ def html_report(summary, title: str | None = None) -> str:
         ("Idle", [charts.gap_histogram(summary), charts.idle_by_cause(summary)]),
     ]
     rates = {} if run.workload is None else run.workload.throughputs()
-    body = [f"<h1>{_e(title)}</h1>", _facts(run), "<h2>Overview</h2>", _headline(head, rates),
-            _findings(summary.findings),
+    body = [f"<h1>{_e(title)}</h1>", _facts(run), _quality(summary.data_quality), "<h2>Overview</h2>",
+            _headline(head, rates), _findings(summary.findings),
             _table(display_units(summary.ranks), "Per rank (times in ms, sizes in MB; *_pct in percent)")]
     for section, figs in figures:
         body.append(f"<h2>{_e(section)}</h2>")
@@ -90,6 +90,15 @@ def _facts(run: RunFacts) -> str:
         facts.update({"workload": workload.workload, "mode": workload.mode, "created": workload.created})
     items = "".join(f"<li><b>{_e(k)}</b>: {_e(v)}</li>" for k, v in facts.items() if v is not None)
     return f"<ul class=\"facts\">{items}</ul>"
+
+
+def _quality(data_quality: pd.DataFrame) -> str:
+    """The data-quality notes that apply (``tracekit.quality.notes``), as the text report shows them; none: nothing."""
+    notes = quality.notes(data_quality)
+    if not notes:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f"<div class=\"quality\"><h3>Data quality</h3><ul>{items}</ul></div>"
 
 
 def _headline(head: dict, rates: dict[str, float]) -> str:
