@@ -115,12 +115,22 @@ def test_headline_numbers_by_hand():
     assert (named["worst_rank"], named["worst_is_straggler"]) == (0, True)
 
 
-def test_compare_bars_draw_the_per_step_times():
-    table = pd.DataFrame({"metric": ["step_time_ms", "throughput_samples_per_s", "idle_ms"], "unit": ["ms/step", "samples/s", "ms/step"],
-                          "a": [10.0, 100.0, 1.0], "b": [20.0, 50.0, 3.0], "ratio": [2.0, 0.5, 3.0]})
+def test_compare_bars_stack_the_parts_of_each_step_and_count_idle_once():
+    """a: idle 4 ms, by cause 3 (sync) + 1 (data); b: idle 3 ms whose causes are unknown: one idle part."""
+    rows = {"step_time_ms": (10.0, 20.0), "throughput_samples_per_s": (100.0, 50.0), "compute_ms": (5.0, 15.0),
+            "overlapped_comm_ms": (0.5, 1.0), "exposed_comm_ms": (0.5, 1.0), "memory_ms": (0.0, 0.0),
+            "idle_ms": (4.0, 3.0), "idle_sync_ms": (3.0, float("nan")), "idle_data_ms": (1.0, float("nan")),
+            "idle_comm_wait_ms": (0.0, float("nan")), "idle_host_ms": (0.0, float("nan")),
+            "idle_other_ms": (0.0, float("nan"))}
+    table = pd.DataFrame({"metric": list(rows), "a": [a for a, _ in rows.values()], "b": [b for _, b in rows.values()]})
     fig = charts.compare_bars(table, "fp32", "amp")
-    assert [t.name for t in fig.data] == ["fp32", "amp"]
-    assert list(fig.data[0].x) == ["step_time", "idle"] and list(fig.data[1].y) == [20.0, 3.0]
+    assert fig.layout.barmode == "stack" and all(list(t.x) == ["fp32", "amp"] for t in fig.data)
+    heights = {t.name: [None if pd.isna(v) else v for v in t.y] for t in fig.data}
+    assert list(heights)[:4] == ["compute", "overlapped comm", "exposed comm", "memory"]
+    assert heights["idle: sync"] == [3.0, None] and heights["idle"] == [None, 3.0]  # idle counted once per run
+    assert "idle: comm_wait" in heights and all(name in charts.COLORS for name in heights)
+    for i in (0, 1):  # each bar is its step time
+        assert sum(y[i] for y in heights.values() if y[i] is not None) == pytest.approx(list(rows["step_time_ms"])[i])
 
 
 # ------------------------------------------------------------------------------------------------- timeline

@@ -220,14 +220,27 @@ def largest_gaps(summary, n: int = 20) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- compare
 
 def compare_bars(table: pd.DataFrame, a_label: str = "a", b_label: str = "b") -> go.Figure:
-    """Grouped bars of the per-step time metrics (``*_ms``) of a ``tracekit.compare`` table."""
-    times = table[table["metric"].astype(str).str.endswith("_ms")]
-    fig = go.Figure([
-        go.Bar(name=label, x=times["metric"].str.removesuffix("_ms"), y=pd.to_numeric(times[col], errors="coerce"),
-               hovertemplate=f"{label}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
-        for col, label in (("a", a_label), ("b", b_label))
-    ])
-    fig.update_layout(barmode="group", title="Side by side: time per step", yaxis_title="ms per step", **_LAYOUT)
+    """One stacked bar per run of a ``tracekit.compare`` table: the parts of its step (ms per step), which add up to
+    its step time; idle is split by cause where the run's causes are known and add up to it, else one idle part."""
+    value = table.set_index(table["metric"].astype(str))[["a", "b"]].apply(pd.to_numeric, errors="coerce")
+    causes = [f"idle_{c}_ms" for c in IDLE_CAUSES]
+    shown = {}
+    for col in ("a", "b"):
+        parts = value[col].reindex(["compute_ms", "overlapped_comm_ms", "exposed_comm_ms", "memory_ms"])
+        split = value[col].reindex(causes)
+        idle = value[col].get("idle_ms", float("nan"))
+        by_cause = split.notna().all() and abs(split.sum() - idle) <= 1e-6 * max(abs(idle), 1.0)
+        shown[col] = pd.concat([parts, split if by_cause else pd.Series({"idle_ms": idle})])
+    fig = go.Figure()
+    names = list(dict.fromkeys([*shown["a"].index, *shown["b"].index]))
+    for name in names:
+        part = name.removesuffix("_ms")
+        label = f"idle: {part.removeprefix('idle_')}" if part.startswith("idle_") else part.replace("_comm", " comm")
+        y = [shown[col].get(name, float("nan")) for col in ("a", "b")]
+        fig.add_bar(name=label, x=[a_label, b_label], y=y, marker_color=COLORS.get(label),
+                    hovertemplate=f"{label}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
+    fig.update_layout(barmode="stack", title="Side by side: where each step goes", yaxis_title="ms per step",
+                      **_LAYOUT)
     return fig
 
 
