@@ -229,7 +229,7 @@ def test_only_the_loader_calls_the_analysis():
     """Pages only read: reading and analysing traces happens in app/loader.py, behind its cache."""
     for path in sorted((REPO / "app").rglob("*.py")):
         text = path.read_text()
-        calls = [c for c in ("summarize(", "read_rank(", "classify(", "compare(", "read_traces(") if c in text]
+        calls = [c for c in ("summarize(", "whatif(", "read_rank(", "classify(", "compare(") if c in text]
         assert path.name == "loader.py" or not calls, f"{path.relative_to(REPO)} calls {calls}"
 
 
