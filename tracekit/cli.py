@@ -19,7 +19,8 @@ from tracekit import fmt
 from tracekit.api import summarize
 from tracekit.compare import compare
 from tracekit.errors import TracekitError
-from tracekit.metrics import WINDOWS
+from tracekit.cli_options import (add_json_options, add_scale_options, add_window_option, as_json, fail,
+                                  scale_options)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,15 +49,15 @@ def _add_summarize(commands) -> None:
     cmd = commands.add_parser("summarize", help="summarize a folder of per-rank traces (or one trace file)",
                               description="Print the per-rank summary of a run, or its JSON.")
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
-    _add_json_options(cmd, "print the Summary as JSON instead of the text report (NaN as null)")
-    _add_window_option(cmd)
-    _add_scale_options(cmd)
+    add_json_options(cmd, "print the Summary as JSON instead of the text report (NaN as null)")
+    add_window_option(cmd)
+    add_scale_options(cmd)
     cmd.set_defaults(run=_summarize)
 
 
 def _summarize(args) -> int:
-    result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
-    sys.stdout.write(_json(result.to_json(), args.indent) if args.json else str(result))
+    result = summarize(args.trace_dir, window=args.window, **scale_options(args))
+    sys.stdout.write(as_json(result.to_json(), args.indent) if args.json else str(result))
     return 0
 
 
@@ -68,16 +69,16 @@ def _add_compare(commands) -> None:
                                           "step of two runs, with ratios b / a.")
     cmd.add_argument("dir_a", help="first run (the baseline)")
     cmd.add_argument("dir_b", help="second run; ratios are b / a")
-    _add_json_options(cmd, "print JSON instead of the table")
-    _add_window_option(cmd)
-    _add_scale_options(cmd)
+    add_json_options(cmd, "print JSON instead of the table")
+    add_window_option(cmd)
+    add_scale_options(cmd)
     cmd.set_defaults(run=_compare)
 
 
 def _compare(args) -> int:
-    a, b = (summarize(d, window=args.window, **_scale_options(args)) for d in (args.dir_a, args.dir_b))
+    a, b = (summarize(d, window=args.window, **scale_options(args)) for d in (args.dir_a, args.dir_b))
     result = compare(a, b)
-    sys.stdout.write(_json(msgspec.json.encode(result.to_dict()).decode(), args.indent) if args.json else str(result))
+    sys.stdout.write(as_json(msgspec.json.encode(result.to_dict()).decode(), args.indent) if args.json else str(result))
     return 0
 
 
@@ -91,8 +92,8 @@ def _add_report(commands) -> None:
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
     cmd.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
     cmd.add_argument("--force", action="store_true", help="replace the output file when it exists")
-    _add_window_option(cmd)
-    _add_scale_options(cmd)
+    add_window_option(cmd)
+    add_scale_options(cmd)
     cmd.set_defaults(run=_report)
 
 
@@ -101,12 +102,12 @@ def _report(args) -> int:
     try:
         from tracekit.report import write_report
     except ImportError as err:
-        return _fail(f"'tracekit report' needs plotly ({err.name} missing): pip install 'tracekit[app]'")
+        return fail(f"'tracekit report' needs plotly ({err.name} missing): pip install 'tracekit[app]'")
     out = Path(args.output)
     refused = _refused_output(out, args.force)
     if refused:
-        return _fail(refused)
-    result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
+        return fail(refused)
+    result = summarize(args.trace_dir, window=args.window, **scale_options(args))
     return _written(out, lambda: write_report(result, out, force=args.force), f"wrote {out}")
 
 
@@ -152,9 +153,9 @@ def _add_whatif(commands) -> None:
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
     cmd.add_argument("--scenario", action="append", default=None, metavar="NAME",
                      help="a scenario to replay (repeatable; default: all of " + ", ".join(SCENARIOS) + ")")
-    _add_json_options(cmd, "print the table as JSON records")
-    _add_window_option(cmd)
-    _add_scale_options(cmd)
+    add_json_options(cmd, "print the table as JSON records")
+    add_window_option(cmd)
+    add_scale_options(cmd)
     cmd.set_defaults(run=_whatif)
 
 
@@ -162,12 +163,12 @@ def _whatif(args) -> int:
     from tracekit.predict import SCENARIOS, whatif
 
     try:
-        table = whatif(summarize(args.trace_dir, window=args.window, **_scale_options(args)),
+        table = whatif(summarize(args.trace_dir, window=args.window, **scale_options(args)),
                        scenarios=args.scenario or SCENARIOS)
     except ValueError as err:
-        return _fail(str(err))
+        return fail(str(err))
     if args.json:
-        sys.stdout.write(_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
+        sys.stdout.write(as_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
                                                    .to_dict("records")).decode(), args.indent))
     else:
         sys.stdout.write(table.to_string(index=False, na_rep=fmt.UNKNOWN, float_format=lambda v: fmt.num(v, 1)) + "\n")
@@ -188,9 +189,9 @@ def _written(out: Path, write, done: str) -> int:
     try:
         write()
     except FileExistsError:
-        return _fail(f"{out} exists; pass --force to replace it")
+        return fail(f"{out} exists; pass --force to replace it")
     except OSError as err:
-        return _fail(f"{out}: {err.strerror or err}")
+        return fail(f"{out}: {err.strerror or err}")
     print(done)
     return 0
 
@@ -207,8 +208,8 @@ def _add_export(commands) -> None:
     cmd.add_argument("-o", "--output", default="perfetto.json",
                      help="JSON file to write, outside the run folder (default: perfetto.json)")
     cmd.add_argument("--force", action="store_true", help="replace the output file when it exists")
-    _add_window_option(cmd)
-    _add_scale_options(cmd)
+    add_window_option(cmd)
+    add_scale_options(cmd)
     cmd.set_defaults(run=_export)
 
 
@@ -222,87 +223,11 @@ def _export(args) -> int:
         refused = (f"{out} is inside the run folder {args.trace_dir}, where it would be read as one more rank of the "
                    "run; write it elsewhere (-o)")
     if refused:
-        return _fail(refused)
-    result = summarize(args.trace_dir, window=args.window, **_scale_options(args))
+        return fail(refused)
+    result = summarize(args.trace_dir, window=args.window, **scale_options(args))
     trace = export_trace(result, rank_events(result))
     return _written(out, lambda: write(trace, out, force=args.force),
                     f"wrote {out} ({len(trace['traceEvents']):,} events, {len(result.ranks)} ranks)")
-
-
-# --- shared options -------------------------------------------------------------------------------------------------
-
-def _add_json_options(parser: argparse.ArgumentParser, text: str) -> None:
-    parser.add_argument("--json", action="store_true", help=text)
-    parser.add_argument("--indent", type=_non_negative_int, default=None, metavar="N",
-                        help="with --json: indent nested values by N spaces, one value a line (default: one line)")
-
-
-def _add_window_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--window", choices=WINDOWS, default="drop_last",
-                        help="time the metrics cover (default: all ProfilerSteps but the last, as HTA)")
-
-
-def _add_scale_options(parser: argparse.ArgumentParser) -> None:
-    scale = parser.add_argument_group("scale")
-    scale.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                       help="processes that read ranks in parallel (default: one per core; 1: none)")
-    scale.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                       help="run the per-rank work on this Dask cluster, e.g. tcp://host:8786 (needs tracekit[dask])")
-    scale.add_argument("--no-cache", action="store_true", help="neither read nor write the per-rank result cache")
-    scale.add_argument("--cache-dir", metavar="DIR", default=None,
-                       help="folder of the per-rank result cache (default: ~/.cache/tracekit)")
-
-
-def _scale_options(args) -> dict:
-    """summarize() keywords from the scale flags; a progress bar on a terminal when many ranks are read."""
-    return {"workers": args.workers, "engine": "dask" if args.scheduler else "local", "client": args.scheduler,
-            "cache": not args.no_cache, "cache_dir": args.cache_dir, "progress": _ProgressBar(sys.stderr)}
-
-
-def _json(text: str, indent: int | None) -> str:
-    return (text if indent is None else msgspec.json.format(text, indent=indent)) + "\n"
-
-
-def _fail(message: str) -> int:
-    print(f"tracekit: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-class _ProgressBar:
-    """A tqdm bar on ``stream`` for runs of many ranks, shown only on a terminal."""
-
-    MIN_RANKS = 8
-
-    def __init__(self, stream) -> None:
-        self.stream, self.bar = stream, None
-
-    def __call__(self, done: int, total: int) -> None:
-        if total < self.MIN_RANKS or not self.stream.isatty():
-            return
-        if self.bar is None:
-            from tqdm import tqdm
-
-            class _Bar(tqdm):
-                monitor_interval = 0  # no monitor thread: worker processes are forked only from a single thread
-
-            self.bar = _Bar(total=total, desc="ranks", unit="rank", file=self.stream, leave=False)
-        self.bar.update(done - self.bar.n)
-        if done == total:
-            self.bar.close()
 
 
 if __name__ == "__main__":
