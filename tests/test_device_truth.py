@@ -152,8 +152,10 @@ def mtia_rank():
     return events
 
 
-def test_an_mtia_rank_gets_device_wording_not_gpu(tmp_path):
-    s = tracekit.summarize(write_trace(tmp_path / "rank0.json.gz", mtia_rank()), cache=False)
+@pytest.mark.parametrize("props", [{}, {"deviceProperties": [{"id": 0, "name": "MTIA v2"}]}])
+def test_an_mtia_rank_gets_device_wording_not_gpu(tmp_path, props):
+    s = tracekit.summarize(write_trace(tmp_path / "rank0.json.gz", mtia_rank(), **props), cache=False)
+    assert one(s.ranks)["gpu_runtime"] == "mtia"
     host_bound = [f for f in s.findings if f.kind == "host_bound"]
     assert len(host_bound) == 1  # 11% of the span idles waiting for the host
     text = host_bound[0].message + host_bound[0].recommendation

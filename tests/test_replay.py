@@ -73,7 +73,7 @@ def test_measured_delays_and_tails(gloo_run):
     np.testing.assert_allclose(model.tail[gloo], 9 * MS * 1e3)           # transfer after the last arrival
     np.testing.assert_allclose(model.delay[gloo], 1 * MS * 1e3)          # 1 ms after its c10d op began
     markers = (g["cat"] == "marker").to_numpy()
-    end = names == END_MARKER
+    end = markers & (names == END_MARKER)
     np.testing.assert_allclose(model.delay[markers & ~end & (g["step"] > 1).to_numpy()], 30 * MS * 1e3)  # unrecorded
     # Where ProfilerStep#3 [200, 210] ends: 10 ms after its own marker, as step "4" would begin.
     assert g.loc[end, "step"].tolist() == [4, 4]
@@ -106,6 +106,21 @@ def test_the_last_step_counts_in_the_all_steps_window(tmp_path):
     table = tracekit.whatif(s, ["baseline", "no_host_gaps"]).set_index("scenario")["step_time_us"]
     assert table["baseline"] == pytest.approx(70 * MS) == s.steps["step_us"].mean()
     assert table["no_host_gaps"] == pytest.approx((70 + 70 + 0) / 3 * MS)
+
+
+def test_a_zero_length_last_step_and_an_event_named_like_the_end_marker(tmp_path):
+    """ProfilerStep#3 with no duration holds no event, so only its name says its number: it is replayed as 0 ms,
+    and the baseline stays the measured mean ((100 + 100 + 0) / 3). A trace's own event named like the graph's end
+    marker (as in a re-read Perfetto export) is read as any other."""
+    for rank in (0, 1):
+        events = [e for e in _rank_events(rank) if e["name"] != "ProfilerStep#3"] + [step(3, 200 * MS, 0)]
+        events.append(cpu(END_MARKER, 150 * MS, 1, cat="user_annotation"))
+        write_trace(tmp_path / f"rank-{rank}.pt.trace.json.gz", events, rank=rank, backend="gloo")
+    s = tracekit.summarize(tmp_path, window="all_steps", cache=False, workers=1)
+    assert s.steps["step_us"].mean() == pytest.approx(200 / 3 * MS)
+    assert tracekit.whatif(s, ["baseline"]).loc[0, "step_time_us"] == pytest.approx(200 / 3 * MS)
+    markers = s.graph[s.graph["cat"] == "marker"]
+    assert sorted(markers.loc[markers["rank"] == 0, "step"]) == [1, 2, 3, 4]
 
 
 def test_no_straggler(gloo_run):
@@ -181,7 +196,8 @@ def test_a_fix_that_gains_nothing_says_so(gloo_run):
     none, saved = annotate_findings((seen, slow), gloo_run.graph, window)
     assert none.severity == "high" and none.evidence["predicted_saving_us"] == pytest.approx(0.0, abs=1e-6)
     assert none.message == ("The device waits for the next batch. Predicted by replay: removing DataLoader waits: "
-                            "no measurable gain (-0.0 ms/step (-0%)): the steps' critical paths do not wait on it.")
+                            "no measurable gain (100.0 against 100.0 ms/step): the steps' critical paths do not wait "
+                            "on it.")
     gain = tracekit.whatif(gloo_run, ["no_straggler"]).loc[0, "saving_us"]
     assert gain > 20 * MS and saved.message.endswith(f"removing rank 1's delay: -{gain / 1e3:.1f} ms/step "
                                                      f"(-{gain / (100 * MS):.0%}).")

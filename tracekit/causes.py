@@ -113,7 +113,10 @@ def _seen(events: pd.DataFrame, pattern: re.Pattern) -> bool:
 
 
 def _runtime(events: pd.DataFrame) -> str | None:
-    """``hip`` or ``cuda`` from the names of the runtime calls (ROCm's are hip*); None when the trace has none."""
+    """``hip`` or ``cuda`` from the names of the runtime calls (ROCm's are hip*), ``mtia`` from MTIA's runtime or
+    device categories; None when the trace has none."""
+    if events["cat"].isin(["mtia_runtime", "mtia_ccp_events"]).any():
+        return "mtia"
     calls = [str(n) for n in pd.unique(events.loc[events["cat"] == "cuda_runtime", "name"].to_numpy())]
     if any(n.startswith("hip") for n in calls):
         return "hip"

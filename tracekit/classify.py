@@ -53,7 +53,7 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None) -
     launched a device event, -1 if unknown), ``launch_row`` (that call's row, -1 if unknown), ``pre_trace``
     (launched before the trace began: see ``launched_before_trace``) and ``step`` (every event) added.
 
-    ``device_ranks``: the ranks whose traces are device traces (``reader.device_evidence``); the others are CPU-only,
+    ``device_ranks``: the ranks whose traces are device traces (``categories.device_evidence``); the others are CPU-only,
     and their training thread plays the device. None: the ranks with an event only a device trace has.
     """
     out = events.copy()

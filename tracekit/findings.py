@@ -41,7 +41,7 @@ def _data_loading(ranks, collectives, stragglers, run):
 
 def _host_bound(ranks, collectives, stragglers, run):
     device = ranks[ranks["device"] != "cpu"]
-    if (device["device"] == "mtia").any():  # no GPU: say device, and no GPU graph API
+    if (device["gpu_runtime"] == "mtia").any():  # no GPU (whatever its devices are named): say device, no GPU graphs
         unit, capture = "device", "torch.compile the step"
     else:
         graphs = VENDOR[gpu_vendor(device, run.device_names)]["graphs"]

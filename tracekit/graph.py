@@ -93,7 +93,8 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     nodes = pd.DataFrame({
         "rank": np.full(len(rows), rank, dtype=np.int32), "lane": lane_key[rows],
         "start_ns": ts[rows], "end_ns": np.where(np.isin(rows, steps), ts[rows], ts[rows] + dur[rows]),
-        "step": events["step"].to_numpy()[rows], "cat": node_cat,
+        "step": np.where(np.isin(rows, steps), _step_number(names, name, rows), events["step"].to_numpy()[rows]),
+        "cat": node_cat,
         "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[rows], categories=names),
         "row": rows, "is_marker": np.isin(rows, steps),
     })
@@ -107,7 +108,8 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
         "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[ends], categories=names),
         "row": -1 - np.arange(len(ends)), "is_marker": False, "in_data": True})], ignore_index=True)
     if len(steps):
-        nodes["name"] = nodes["name"].cat.add_categories([END_MARKER])
+        if END_MARKER not in nodes["name"].cat.categories:  # a trace may hold an event of that name (a re-read export)
+            nodes["name"] = nodes["name"].cat.add_categories([END_MARKER])
         nodes = pd.concat([nodes, _end_marker(events, steps, lane_key, ts + dur, nodes["name"].cat.categories)],
                           ignore_index=True)
     nodes["name"] = nodes["name"].cat.remove_unused_categories()
@@ -159,13 +161,21 @@ def _end_marker(events: pd.DataFrame, steps: np.ndarray, lane_key: np.ndarray, e
                 names: pd.Index) -> pd.DataFrame:
     """A zero-length marker where the last ``ProfilerStep`` ends, as if the next step began there (its step is one
     more): the last step then has an end that moves in a replay, as every earlier step has in the next marker."""
-    step_of = events["step"].to_numpy()[steps]
+    step_of = _step_number(events["name"].cat.categories, events["name"], steps)
     last = steps[np.argmax(step_of)]
     return pd.DataFrame({
         "rank": np.array([events["rank"].iloc[0]], dtype=np.int32), "lane": lane_key[[last]],
         "start_ns": end_ns[[last]], "end_ns": end_ns[[last]], "step": step_of.max() + 1, "cat": "marker",
         "name": pd.Categorical([END_MARKER], categories=names),
         "row": np.array([-(1 << 62)]), "is_marker": True, "in_data": False})
+
+
+def _step_number(names: pd.Index, name: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """The N of each ``ProfilerStep#N`` row, from its name: a zero-length step holds no event, so its events' step
+    column does not say it (``classify.assign_steps`` needs ts < end)."""
+    number = np.array([int(m.group(1)) if (m := STEP_NAME.match(n)) else -1 for n in names], dtype=np.int64)
+    codes = name.cat.codes.to_numpy()[rows]
+    return np.where(codes >= 0, number[np.maximum(codes, 0)], -1)
 
 
 def _lane_keys(events: pd.DataFrame) -> np.ndarray:

@@ -214,7 +214,9 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
         evidence = {**f.evidence, "scenario": scenario, "predicted_step_us": float(row["step_time_us"]),
                     "predicted_saving_us": float(row["saving_us"])}
         if row["saving_pct"] < NO_GAIN_PCT:  # what was seen is true, but the replay finds no faster step from the fix
-            saving = f"no measurable gain ({saving}): the steps' critical paths do not wait on it"
+            base = table.loc["baseline", "step_time_us"]
+            saving = (f"no measurable gain ({row['step_time_us'] / 1e3:.1f} against {base / 1e3:.1f} ms/step): the "
+                      "steps' critical paths do not wait on it")
         out.append(dataclasses.replace(f, message=f"{f.message} Predicted by replay: {text}: {saving}.",
                                        evidence=evidence))
     return tuple(out)

@@ -6,7 +6,7 @@ rank        One process of the job; its trace is one file. ``distributedInfo.ran
 device      Where a rank's work runs: a GPU, or the CPU training thread(s) on CPU-only (gloo) runs.
 device event  A kernel, memcpy or memset on a GPU, an MTIA device event (``mtia_ccp_events``); on CPU-only
             traces, a CPU op or a gloo collective.
-device rank A rank whose trace says it ran a device (``reader.device_evidence``); all other ranks are CPU-only.
+device rank A rank whose trace says it ran a device (``categories.device_evidence``); all other ranks are CPU-only.
 kind        What a device event does: ``compute``, ``comm`` (communication) or ``memory``.
 step        One ``ProfilerStep#N`` annotation; the workloads make one step one optimizer step.
 window      The time range metrics are computed over (see ``Config.window``).
@@ -95,7 +95,7 @@ RANK_COLUMNS = {
     "sync_top_call": "the synchronizing call taking the most host time among them (None without any)",
     "data_parallel": "DataParallel.forward seen in the trace",
     "ddp": "DistributedDataParallel seen in the trace (its forward or its gradient reducer's ops)",
-    "gpu_runtime": "cuda or hip, from the names of the runtime calls; None without any (CPU ranks)",
+    "gpu_runtime": "cuda or hip, from the names of the runtime calls, or mtia; None without any (CPU ranks)",
     "reduced_precision_us": "union of compute kernels whose names say fp16/bf16/fp8",
     "compute_kernel_us": "union of compute events (the denominator for reduced_precision_us)",
     "compute_major": "CUDA compute capability major of the GPUs (NaN when not in the trace)",
@@ -241,8 +241,9 @@ CRITICAL_PATH_COLUMNS = {
 CRITICAL_PATH_EVENT_COLUMNS = {
     "rank": "rank", "step": "ProfilerStep the path ends", "start_us": "from the run's origin", "end_us": "end",
     "name": "event name (for a delay: the event it delayed)",
-    "kind": "the node's kind (compute, memory, comm, launch, sync, data, host, marker) or 'delay': unrecorded time "
-            "before the node could start",
+    "kind": "the node's kind (compute, memory, comm, launch, sync, data, host, marker), 'delay': unrecorded time "
+            "before the node could start, or 'unlinked': time before the first node the walk reached that the trace "
+            "links to nothing earlier (category unknown)",
     "category": "as in critical_path", "waiting": "as in critical_path", "ends_on_rank": "as in critical_path",
 }
 # summary.graph: one row per node of the run's dependency graph (tracekit.graph); what tracekit.whatif replays.
@@ -250,7 +251,7 @@ GRAPH_COLUMNS = {
     "rank": "rank", "lane": "host thread, GPU stream or gloo thread (dense id over the run); nodes of a lane run in order",
     "start_ns": "start, ns from the run's origin on the corrected clock", "end_ns": "end (a marker: its start)",
     "step": "ProfilerStep (device events: of their launch); -1 outside steps",
-    "cat": "compute, memory, comm, launch, sync, data, host or marker (a ProfilerStep start)",
+    "cat": "compute, memory, comm, launch, sync, data, host or marker (a ProfilerStep start, or where the last one ends)",
     "name": "event name", "in_data": "inside a DataLoader __next__",
     "coll": "row of the collective in summary.collectives (-1: not one)",
     "ps": "node whose start this one waits for (launch, gloo hand-off); -1 none",
