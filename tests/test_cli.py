@@ -13,7 +13,7 @@ import pytest
 
 import tracekit
 from tracedata import kernel, step, write_trace
-from tracekit import cache, findings, fmt, render
+from tracekit import cache, cli, findings, fmt, render
 from tracekit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,3 +152,17 @@ def test_the_html_report_uses_the_cli_units(tmp_path):
     assert "<th>step_time_ms</th>" in table and "<td>1.00</td>" in table
     assert "<th>allreduce_MB</th>" in table
     assert "_us</th>" not in text and "_bytes</th>" not in text  # no table of the report is in us or bytes
+
+
+def test_an_internal_error_is_one_line_and_the_traceback_is_on_request(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise ValueError("new categories must not include old categories")
+
+    monkeypatch.setattr(cli, "summarize", broken)
+    monkeypatch.delenv("TRACEKIT_DEBUG", raising=False)
+    assert main(["summarize", str(GLOO_RUN)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error (ValueError: new categories" in err and "Traceback" not in err
+    monkeypatch.setenv("TRACEKIT_DEBUG", "1")
+    with pytest.raises(ValueError):
+        main(["summarize", str(GLOO_RUN)])

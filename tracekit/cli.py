@@ -8,6 +8,7 @@ line in ``build_parser``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as err:  # a bug, not bad input: one line, the traceback only on request
+        if os.environ.get("TRACEKIT_DEBUG"):
+            raise
+        print(f"tracekit: internal error ({type(err).__name__}: {err}); this is a bug in tracekit: please report it "
+              "with the command; TRACEKIT_DEBUG=1 shows the traceback", file=sys.stderr)
+        return 3
 
 
 # --- summarize ------------------------------------------------------------------------------------------------------
