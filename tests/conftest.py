@@ -80,22 +80,23 @@ def _requirement_skip(reason: str) -> bool:
     return REQUIREMENT_SKIP.search(reason) is not None
 
 
+def _fail_requirement_skip(report, what: str) -> None:
+    """In CI, turn a skip for a missing requirement into a failure that says so."""
+    if in_ci() and report.skipped and _requirement_skip(str(report.longrepr)):
+        report.outcome = "failed"
+        report.longrepr = f"CI is set: skipping {what} for a missing requirement is an error ({report.longrepr})"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    report = outcome.get_result()
-    if in_ci() and report.skipped and _requirement_skip(str(report.longrepr)):
-        report.outcome = "failed"
-        report.longrepr = f"CI is set: skipping for a missing requirement is an error ({report.longrepr})"
+    _fail_requirement_skip(outcome.get_result(), "a test")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
     outcome = yield
-    report = outcome.get_result()
-    if in_ci() and report.skipped and _requirement_skip(str(report.longrepr)):
-        report.outcome = "failed"
-        report.longrepr = f"CI is set: skipping a module for a missing requirement is an error ({report.longrepr})"
+    _fail_requirement_skip(outcome.get_result(), "a module")
 
 
 @pytest.fixture(autouse=True)
