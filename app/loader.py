@@ -12,9 +12,9 @@ import streamlit as st
 
 import tracekit
 from app.paths import is_trace_name
-from tracekit import timeline
-from tracekit.classify import classify
-from tracekit.reader import read_rank
+from tracekit.render import timeline
+from tracekit.events.classify import classify
+from tracekit.read.reader import read_rank
 
 
 SMALL_RUN = 8  # trace files read in this process; larger runs use summarize's worker processes
@@ -41,7 +41,7 @@ def _options(key: tuple) -> dict:
 
 @st.cache_resource(max_entries=4, show_spinner="Reading one rank's events…")
 def rank_lanes(file: str, rank: int, origin_ns: int, key: tuple) -> pd.DataFrame:
-    """The timeline rows (``tracekit.timeline.lanes``) of one rank's trace file, times from the run's origin."""
+    """The timeline rows (``tracekit.render.timeline.lanes``) of one rank's trace file, times from the run's origin."""
     meta, events, comm_args = read_rank(file, default_rank=rank)
     device_ranks = [meta.rank] if meta.device_evidence is not None else []  # as the analysis decides it
     return timeline.lanes(classify(events, comm_args, device_ranks=device_ranks), origin_ns)

@@ -22,7 +22,7 @@ import streamlit as st  # noqa: E402
 from app import loader, paths, state  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
 from tracekit.errors import TracekitError  # noqa: E402
-from tracekit.facts import one_or_all  # noqa: E402
+from tracekit.summary.facts import one_or_all  # noqa: E402
 
 VIEWS = REPO / "app" / "views"
 PAGES = (("overview", "Overview", ":material/dashboard:"), ("ranks", "Ranks", ":material/bar_chart:"),

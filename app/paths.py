@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tracekit.files import TRACE_SUFFIXES
+from tracekit.read.files import TRACE_SUFFIXES
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs"  # where the workloads write: with no run named, the viewer opens the newest run here

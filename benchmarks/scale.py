@@ -65,9 +65,9 @@ import json, sys, time
 from concurrent.futures import ProcessPoolExecutor
 import multiprocessing
 from pathlib import Path
-from tracekit.files import load_bytes
-from tracekit.kineto import FAST_DECODER
-from tracekit.engine import default_workers
+from tracekit.read.files import load_bytes
+from tracekit.read.kineto import FAST_DECODER
+from tracekit.rank.engine import default_workers
 
 def decode(path):
     t = time.process_time()

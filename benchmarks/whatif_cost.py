@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tracesets import write_rank_set  # noqa: E402
 
 import tracekit  # noqa: E402
-from tracekit import rank as tracekit_rank  # noqa: E402
-from tracekit import predict as tracekit_predict  # noqa: E402
+from tracekit.rank import analyze as tracekit_rank  # noqa: E402
+from tracekit.predict import scenarios as tracekit_predict  # noqa: E402
 
 SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "ns_resolution_1rank"
 

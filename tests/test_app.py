@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:  # the app is a folder of the repository, not an i
     sys.path.insert(0, str(REPO))
 from app import fmt, paths  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
-from tracekit import charts  # noqa: E402
+from tracekit.render import charts  # noqa: E402
 
 MAIN = str(REPO / "app" / "main.py")
 PAGES = ("overview", "ranks", "communication", "idle", "timeline", "compare")

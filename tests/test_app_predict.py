@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import charts_run
-from tracekit.summary import Summary
+from tracekit.render import charts_run
+from tracekit.summary.model import Summary
 from viewer_runs import REPO, SAMPLES, write_tiny_run
 
 C0, C1 = charts_run.lane(0, "collectives"), charts_run.lane(1, "collectives")
@@ -211,7 +211,7 @@ def test_the_whatif_page_shows_the_replay(root, monkeypatch, run):
     assert at.title[0].value == "What if"
     shown = at.dataframe[0].value
     pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
-    assert list(shown["scenario"]) == list(tracekit.predict.SCENARIOS)
+    assert list(shown["scenario"]) == list(tracekit.predict.scenarios.SCENARIOS)
     bars = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert numbers(bars["data"][0]["y"]) == pytest.approx(expected["step_time_ms"].tolist())
     r = summary.ranks

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import cache, engine
-from tracekit.config import Config
-from tracekit.rank import RankResult, analyze_rank
+from tracekit.rank import cache
+from tracekit.rank import engine
+from tracekit.events.config import Config
+from tracekit.rank.analyze import RankResult, analyze_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-2rank"
@@ -177,7 +178,7 @@ def test_the_store_keeps_under_its_cap_removing_the_least_recently_used(tmp_path
 
 
 def test_summarize_trims_the_cache_to_its_cap(tmp_path):
-    from tracekit.engine import EngineOptions, map_ranks
+    from tracekit.rank.engine import EngineOptions, map_ranks
 
     files = sorted(GLOO_RUN.glob("rank-*"))
     map_ranks(files, Config(), None, EngineOptions(workers=1, cache_dir=tmp_path))

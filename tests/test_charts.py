@@ -10,13 +10,14 @@ import pytest
 pytest.importorskip("plotly")
 
 import tracekit  # noqa: E402
-from tracekit import charts, timeline  # noqa: E402
-from tracekit.classify import classify  # noqa: E402
-from tracekit.cli import main as cli  # noqa: E402
-from tracekit.reader import read_rank  # noqa: E402
-from tracekit.facts import RunFacts  # noqa: E402
-from tracekit.report import html_report, write_report  # noqa: E402
-from tracekit.summary import Summary  # noqa: E402
+from tracekit.render import charts
+from tracekit.render import timeline  # noqa: E402
+from tracekit.events.classify import classify  # noqa: E402
+from tracekit.cli.main import main as cli  # noqa: E402
+from tracekit.read.reader import read_rank  # noqa: E402
+from tracekit.summary.facts import RunFacts  # noqa: E402
+from tracekit.render.report import html_report, write_report  # noqa: E402
+from tracekit.summary.model import Summary  # noqa: E402
 from viewer_runs import REPO, SAMPLES, write_tiny_run  # noqa: E402
 
 
@@ -224,6 +225,6 @@ def test_docstring_examples_run(monkeypatch):
     if not (SAMPLES / "resnet-gloo-2rank").is_dir():
         pytest.skip("the examples read sample_traces/resnet-gloo-2rank")
     monkeypatch.chdir(REPO)
-    for module in (charts, timeline, tracekit.report):
+    for module in (charts, timeline, tracekit.render.report):
         result = doctest.testmod(module, raise_on_error=False, verbose=False)
         assert result.failed == 0 and result.attempted > 0, module.__name__

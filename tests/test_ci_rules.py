@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import tracekit
-from tracekit import cache
+from tracekit.rank import cache
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

@@ -13,8 +13,12 @@ import pytest
 
 import tracekit
 from tracedata import kernel, step, write_trace
-from tracekit import cache, cli, findings, fmt, render
-from tracekit.cli import main
+from tracekit import fmt
+from tracekit.rank import cache
+from tracekit.cli import main as cli
+from tracekit.findings import checks as findings
+from tracekit.summary import text as render
+from tracekit.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-2rank"
@@ -140,7 +144,7 @@ def test_a_finding_names_one_rank_as_rank(tmp_path):
 
 def test_the_html_report_uses_the_cli_units(tmp_path):
     pytest.importorskip("plotly")
-    from tracekit.report import html_report
+    from tracekit.render.report import html_report
 
     s = tracekit.summarize(_tiny_run(tmp_path / "run", True), workers=1, cache=False)
     text = html_report(s)

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import clocks, schema
+from tracekit import schema
+from tracekit.run import clocks
 from tracedata import kernel, step, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]

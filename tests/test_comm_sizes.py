@@ -14,8 +14,8 @@ import math
 import pytest
 
 import tracekit
-from tracekit.hostops import reads_host_op
-from tracekit.columns import _first_tensor_nelems
+from tracekit.events.hostops import reads_host_op
+from tracekit.read.columns import _first_tensor_nelems
 from tracedata import cpu, kernel, launch, write_trace
 
 NCCL_V100 = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
@@ -230,7 +230,7 @@ def test_gpu_ranks_read_the_ops_that_launch_collectives(name, read):
 
 
 def test_the_collectives_table_names_only_the_ops_commnames_lists():
-    from tracekit import collectives
+    from tracekit.events import collectives
     from tracekit.commnames import OPS
 
     assert {op for op, _ in collectives._OP_PATTERNS} <= set(OPS)

@@ -10,7 +10,7 @@ import pytest
 
 import tracekit
 from tracedata import kernel, memcpy, step, write_trace
-from tracekit.compare import IDLE_CAUSES, PARTS
+from tracekit.render.compare import IDLE_CAUSES, PARTS
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 AR = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "dtype": "Float",

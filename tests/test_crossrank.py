@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import tracekit
-from tracekit import crossrank, schema
+from tracekit import schema
+from tracekit.run import crossrank
 from tracedata import cpu, kernel, launch, step, write_trace
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

@@ -12,7 +12,7 @@ import pytest
 
 import tracekit
 from tracekit import quality, schema
-from tracekit.report import html_report
+from tracekit.render.report import html_report
 from tracedata import cpu, kernel, launch, step, write_trace
 
 GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8"

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import tracekit
-from tracekit.classify import classify
-from tracekit.reader import read_rank
+from tracekit.events.classify import classify
+from tracekit.read.reader import read_rank
 from tracedata import cpu, kernel, launch, memcpy, step, write_trace
 
 GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8"

@@ -37,7 +37,7 @@ def _commands(parser: argparse.ArgumentParser, path=()):
 
 
 def test_every_cli_command_has_help():
-    from tracekit.cli import build_parser
+    from tracekit.cli.main import build_parser
 
     out = subprocess.run([sys.executable, "-m", "tracekit", "--help"], capture_output=True, text=True, check=True).stdout
     commands = list(_commands(build_parser()))
@@ -106,11 +106,31 @@ def test_schema_names_every_column():
 
 def test_schema_names_every_events_column():
     """The classified events table (what the timeline draws) and the comm args table, column for column."""
-    from tracekit import reader, schema
-    from tracekit.classify import classify
+    from tracekit import schema
+    from tracekit.read import reader
+    from tracekit.events.classify import classify
 
     for path in (ROOT / "sample_traces" / "resnet-gloo-2rank" / "rank-0.pt.trace.json.gz",
                  next((ROOT.parent / "shared" / "traces" / "hta" / "nccl_a100_2rank").glob("*.json.gz"))):
         _, events, comm_args = reader.read_rank(path, default_rank=0)
         assert list(classify(events, comm_args).columns) == list(schema.EVENT_COLUMNS)
         assert list(comm_args.columns) == list(schema.COMM_ARG_COLUMNS)
+
+
+def test_readme_layout_tree_matches_the_folders():
+    """The README's layout tree names every stage folder with its number (from its ``__init__`` docstring) in
+    data-flow order, and every module at the package's root."""
+    from test_layers import FRONT_DOOR, stages
+
+    block = re.search(r"<!-- layout -->\s*```text\ntracekit/\n(.*?)```\s*<!-- /layout -->",
+                      (ROOT / "README.md").read_text(), re.S)
+    assert block, "README.md has no <!-- layout --> tree"
+    lines = block.group(1).splitlines()
+    folders = [(m.group(1), int(m.group(2))) for line in lines if (m := re.match(r"\s+(\w+)/\s+(\d+)\s+\S", line))]
+    stage_of = stages(ROOT / "tracekit")
+    assert folders == sorted(stage_of.items(), key=lambda kv: kv[1]), "the tree's folders, in stage order"
+    root_listed = [w.removesuffix(".py") for line in lines if not re.match(r"\s+\w+/", line)
+                   for w in line.split() if w.endswith(".py")]
+    assert sorted(root_listed) == sorted(p.stem for p in (ROOT / "tracekit").glob("*.py"))
+    front = next(line for line in lines if "front door:" in line)
+    assert {w.removesuffix(".py") for w in front.split() if w.endswith(".py")} == FRONT_DOOR

@@ -16,12 +16,13 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import rank, reader
-from tracekit.categories import DEVICE_CATEGORIES
-from tracekit.cli import main
-from tracekit.config import Config
-from tracekit.engine import EngineOptions
-from tracekit.reader import ReadOptions
+from tracekit.rank import analyze as rank
+from tracekit.read import reader
+from tracekit.read.categories import DEVICE_CATEGORIES
+from tracekit.cli.main import main
+from tracekit.events.config import Config
+from tracekit.rank.engine import EngineOptions
+from tracekit.read.reader import ReadOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-4rank"

@@ -1,4 +1,4 @@
-"""Perfetto export (``tracekit.export``, ``tracekit export``): the Trace Event Format rules, the corrected clock on a
+"""Perfetto export (``tracekit.render.export``, ``tracekit export``): the Trace Event Format rules, the corrected clock on a
 hand-built 2-host run whose second clock runs 5000 us ahead, counters and flows against the Summary, and a round
 trip through tracekit's own reader (one file per exported process, ``split_ranks``)."""
 
@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit.cli import main
-from tracekit.export import export_trace, rank_events, split_ranks
+from tracekit.cli.main import main
+from tracekit.render.export import export_trace, rank_events, split_ranks
 from tracedata import kernel, launch, step, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +207,7 @@ def test_unknown_counter_values_are_left_out_not_zero(run):
 
 
 def test_sublanes_by_hand():
-    from tracekit.export import _sublanes
+    from tracekit.render.export import _sublanes
 
     # Rank 0: [0,10] opens thread 0; [5,8] overlaps it -> 1; [9,12] reuses 1 (free at 8); [10,11] reuses 0 (free at
     # 10). Rank 1's [5,8] has its own threads.

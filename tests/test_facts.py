@@ -1,4 +1,4 @@
-"""The run's facts (``Summary.run``) and the workload's run.json (``tracekit.facts``), and the Summary's defaults."""
+"""The run's facts (``Summary.run``) and the workload's run.json (``tracekit.summary.facts``), and the Summary's defaults."""
 
 import doctest
 import json
@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import crossrank, facts, schema
-from tracekit.facts import RunFacts, WorkloadRun
-from tracekit.summary import Summary
+from tracekit import schema
+from tracekit.run import crossrank
+from tracekit.summary import facts
+from tracekit.summary.facts import RunFacts, WorkloadRun
+from tracekit.summary.model import Summary
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 

@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit import comm_findings, finding
-from tracekit.hostops import reads_host_op
+from tracekit.findings import comm_findings
+from tracekit.findings import finding
+from tracekit.events.hostops import reads_host_op
 from tracedata import cpu, kernel, step, write_trace
 
 DDP_KNOBS = ("bucket_cap_mb", "no_sync", "gradient_as_bucket_view", "broadcast_buffers")

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import tracekit
-from tracekit.classify import classify
-from tracekit.files import find_trace_files
-from tracekit.reader import read_rank
+from tracekit.events.classify import classify
+from tracekit.read.files import find_trace_files
+from tracekit.read.reader import read_rank
 from tracedata import cpu, kernel, launch, memcpy, step
 
 NCCL_AR = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"

@@ -1,4 +1,4 @@
-"""FSDP per unit (tracekit.fsdp), its findings and the FSDP page, on tiny hand-made traces whose numbers are worked
+"""FSDP per unit (tracekit.events.fsdp), its findings and the FSDP page, on tiny hand-made traces whose numbers are worked
 out here, event by event."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 import tracekit
 from tests.tracedata import cpu, kernel, launch, write_trace
-from tracekit import fsdp_hooks
+from tracekit.events import fsdp_hooks
 from tracekit.nesting import innermost
-from tracekit import fsdp_findings
+from tracekit.findings import fsdp_findings
 from tracekit.schema import FSDP_COLUMNS
 
 GLOO = 9  # gloo's worker thread; the training thread is 1
@@ -329,7 +329,7 @@ def test_fsdp1_brackets_pair_nested_and_chained_units():
 
 @pytest.mark.parametrize("a, b", [(DDP_RUN, FSDP_RUN), (FSDP_RUN, "sample_traces/fsdp-gloo-2rank-prefetch0")])
 def test_compare_ddp_with_fsdp_and_two_fsdp_settings_per_step(a, b):
-    from tracekit.compare import PARTS
+    from tracekit.render.compare import PARTS
 
     sa, sb = (tracekit.summarize(REPO / r, cache=False) for r in (a, b))
     table = tracekit.compare(sa, sb).table.set_index("metric")

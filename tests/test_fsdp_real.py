@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
-from tracekit.compare import PARTS
+from tracekit.render.compare import PARTS
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import pytest
 
 import tracekit
 from tests.tracedata import cpu, kernel, launch, step, write_trace
-from tracekit import replay
+from tracekit.predict import replay
 
 GEMM = {0: 30, 1: 60}
 
@@ -134,7 +134,7 @@ def test_graph_survives_the_cache(gpu_dir, gpu_run, tmp_path):
 
 
 def test_cli_whatif(gpu_dir, capsys):
-    from tracekit.cli import main
+    from tracekit.cli.main import main
 
     assert main(["whatif", str(gpu_dir), "--no-cache", "--scenario", "baseline", "--scenario", "comm_x2"]) == 0
     out = capsys.readouterr().out

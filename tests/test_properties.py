@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import intervals as iv
-from tracekit import metrics
+from tracekit.events import metrics
 
 GRID = 64  # microseconds where intervals start; ends lie on the grid too
 SIZE = GRID + 32  # the brute-force grid: room for events that end past GRID

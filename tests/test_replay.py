@@ -18,10 +18,10 @@ import pytest
 
 import tracekit
 from tests.tracedata import cpu, step, write_trace
-from tracekit import replay
-from tracekit.graph import END_MARKER
-from tracekit.finding import Finding
-from tracekit.predict import annotate_findings, straggler_factors
+from tracekit.predict import replay
+from tracekit.rank.graph import END_MARKER
+from tracekit.findings.finding import Finding
+from tracekit.predict.scenarios import annotate_findings, straggler_factors
 
 MS = 1000  # trace times are microseconds
 
@@ -264,3 +264,4 @@ def test_no_data_wait_removes_the_whole_loader(tmp_path):
     one = s.critical_path[s.critical_path["step"] == 1].set_index("category")["us"]
     assert one["data"] == pytest.approx(20 * MS)  # stack 10 and the unrecorded 5 + 5 around it inside the loader
     assert one["compute"] == pytest.approx(20 * MS) and one["host"] == pytest.approx(60 * MS)
+

@@ -96,7 +96,7 @@ def test_unknown_sizes_on_every_rank_are_no_mismatch(tmp_path):
 def test_a_dtype_nobody_knows_has_unknown_size():
     import math
 
-    from tracekit.collectives import dtype_bytes
+    from tracekit.events.collectives import dtype_bytes
     assert dtype_bytes("c10::BFloat16") == 2 and dtype_bytes("unsigned char") == 1
     assert math.isnan(dtype_bytes("QuantizedInt4x2")) and math.isnan(dtype_bytes(None))
 

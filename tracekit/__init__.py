@@ -1,8 +1,8 @@
 """tracekit: where the step time of a PyTorch DDP job goes, from one torch.profiler trace per rank."""
 
 from tracekit.api import compare, summarize, whatif
-from tracekit.compare import Comparison
-from tracekit.config import Config
+from tracekit.render.compare import Comparison
+from tracekit.events.config import Config
 from tracekit.errors import (
     DuplicateRankError,
     EmptyTraceError,
@@ -14,8 +14,8 @@ from tracekit.errors import (
     TracekitError,
     TruncatedTraceError,
 )
-from tracekit.findings import Finding
-from tracekit.summary import Summary
+from tracekit.findings.checks import Finding
+from tracekit.summary.model import Summary
 
 __all__ = [
     "summarize", "whatif", "compare", "Summary", "Comparison", "Finding", "Config", "TracekitError", "TraceReadError", "TruncatedTraceError", "NotJSONError",

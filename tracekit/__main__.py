@@ -1,3 +1,3 @@
-from tracekit.cli import main
+from tracekit.cli.main import main
 
 raise SystemExit(main())

@@ -9,19 +9,23 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit import cache as tracekit_cache
-from tracekit import clocks, crossrank, findings, fsdp_findings, metrics
-from tracekit import predict
-from tracekit.compare import Comparison
-from tracekit.compare import compare as compare_summaries
-from tracekit.config import Config
-from tracekit.engine import EngineOptions, map_ranks
+from tracekit.rank import cache as tracekit_cache
+from tracekit.run import clocks
+from tracekit.run import crossrank
+from tracekit.findings import checks as findings
+from tracekit.findings import fsdp_findings
+from tracekit.events import metrics
+from tracekit.predict import scenarios as predict
+from tracekit.render.compare import Comparison
+from tracekit.render.compare import compare as compare_summaries
+from tracekit.events.config import Config
+from tracekit.rank.engine import EngineOptions, map_ranks
 from tracekit.errors import NoTracesError, NotATraceError
-from tracekit.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
-from tracekit.rank import RankResult
-from tracekit.files import check_unique_ranks, find_trace_files, is_url
+from tracekit.summary.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
+from tracekit.rank.analyze import RankResult
+from tracekit.read.files import check_unique_ranks, find_trace_files, is_url
 from tracekit.schema import DATA_QUALITY_COLUMNS, RANK_COLUMNS
-from tracekit.summary import Summary
+from tracekit.summary.model import Summary
 
 
 def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int | None = None,
@@ -67,7 +71,7 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
 
 def whatif(run: Summary | str | Path, scenarios=predict.SCENARIOS, compute_scale: dict[int, float] | None = None,
            **summarize_kwargs) -> pd.DataFrame:
-    """``tracekit.predict.whatif`` of a Summary, or of a run folder summarized with ``summarize_kwargs``.
+    """``tracekit.predict.scenarios.whatif`` of a Summary, or of a run folder summarized with ``summarize_kwargs``.
 
     Example:
       >>> table = whatif("sample_traces/gpt-gloo-2rank-straggler", ["baseline", "no_straggler"], cache=False)
@@ -78,7 +82,7 @@ def whatif(run: Summary | str | Path, scenarios=predict.SCENARIOS, compute_scale
 
 
 def compare(a: Summary | str | Path, b: Summary | str | Path, **summarize_kwargs) -> Comparison:
-    """``tracekit.compare.compare`` of two runs, each a Summary or a run folder summarized with ``summarize_kwargs``."""
+    """``tracekit.render.compare.compare`` of two runs, each a Summary or a run folder summarized with ``summarize_kwargs``."""
     return compare_summaries(_summary(a, summarize_kwargs), _summary(b, summarize_kwargs))
 
 

@@ -157,10 +157,10 @@ DATA_QUALITY_COLUMNS = {
 
 GAP_COLUMNS = {
     "rank": "rank", "start_us": "gap start, from the run's origin", "dur_us": "gap length",
-    "cause": "sync, data, comm_wait, host or other (see tracekit.causes)",
+    "cause": "sync, data, comm_wait, host or other (see tracekit.events.causes)",
 }
 
-# summary.imbalance: see tracekit.crossrank.imbalance.
+# summary.imbalance: see tracekit.run.crossrank.imbalance.
 IMBALANCE_COLUMNS = {
     "step": "step number (window steps only)",
     "ranks": "ranks that ran this step",
@@ -170,7 +170,7 @@ IMBALANCE_COLUMNS = {
     "slowest_rank": "the rank with max_step_us",
 }
 
-# summary.mismatches: collectives that do not line up across ranks; see tracekit.crossrank.mismatches.
+# summary.mismatches: collectives that do not line up across ranks; see tracekit.run.crossrank.mismatches.
 MISMATCH_COLUMNS = {
     "kind": "missing, size, op, order or timing",
     "pg": "process group (? when the trace names none)",
@@ -182,7 +182,7 @@ MISMATCH_COLUMNS = {
 }
 
 # summary.stragglers (ranks that pass the binomial test) and the rows of run.straggler_suspicions (over the bar
-# with too little evidence): see tracekit.crossrank.arrival_evidence.
+# with too little evidence): see tracekit.run.crossrank.arrival_evidence.
 STRAGGLER_COLUMNS = {
     "rank": "rank",
     "matched": "matched collectives of this rank in the window",
@@ -209,7 +209,7 @@ CLOCK_OFFSET_FIELDS = {
     "corrected": "whether its times were moved by offset_us onto the reference clock",
 }
 
-# summary.fsdp: one row per rank x step x FSDP unit x phase (see tracekit.fsdp); empty when the run has no FSDP.
+# summary.fsdp: one row per rank x step x FSDP unit x phase (see tracekit.events.fsdp); empty when the run has no FSDP.
 FSDP_COLUMNS = {
     "rank": "rank", "api": "fsdp2 (fully_shard) or fsdp1 (FullyShardedDataParallel)",
     "unit": "FSDP2: the module path ('(root)' for the root); FSDP1: '#k', k-th unit forward in the step",
@@ -230,11 +230,11 @@ FSDP_COLUMNS = {
     "in_window": "whether its step is in the window",
 }
 
-# summary.critical_path: per window step, the time on the chain of events that ends it (tracekit.critical_path).
+# summary.critical_path: per window step, the time on the chain of events that ends it (tracekit.predict.critical_path).
 CRITICAL_PATH_COLUMNS = {
     "rank": "the rank the path spends this time on",
     "step": "ProfilerStep the path ends (it runs from that step's start to the next step's on the rank that ends last)",
-    "category": "compute, comm_transfer, launch, host, data, sync, other or unknown (see tracekit.critical_path)",
+    "category": "compute, comm_transfer, launch, host, data, sync, other or unknown (see tracekit.predict.critical_path)",
     "us": "time on the path", "waiting": "on another rank than ends_on_rank: that rank was waiting for this one",
     "ends_on_rank": "the rank whose next ProfilerStep comes last: where the walk back starts",
 }
@@ -246,7 +246,7 @@ CRITICAL_PATH_EVENT_COLUMNS = {
             "links to nothing earlier (category unknown)",
     "category": "as in critical_path", "waiting": "as in critical_path", "ends_on_rank": "as in critical_path",
 }
-# summary.graph: one row per node of the run's dependency graph (tracekit.graph); what tracekit.whatif replays.
+# summary.graph: one row per node of the run's dependency graph (tracekit.rank.graph); what tracekit.whatif replays.
 GRAPH_COLUMNS = {
     "rank": "rank", "lane": "host thread, GPU stream or gloo thread (dense id over the run); nodes of a lane run in order",
     "start_ns": "start, ns from the run's origin on the corrected clock", "end_ns": "end (a marker: its start)",

@@ -4,7 +4,7 @@ and linked across ranks, idle gaps by cause, and the critical path on top. Drawn
 import streamlit as st
 
 from app import state
-from tracekit import charts_run
+from tracekit.render import charts_run
 
 ctx = state.context()
 s = ctx.summary

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import fmt, state
-from tracekit import charts
+from tracekit.render import charts
 
 ctx = state.context()
 s = ctx.summary

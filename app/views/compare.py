@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import fmt, loader, paths, state
-from tracekit import charts
+from tracekit.render import charts
 from tracekit.errors import TracekitError
 
 ctx = state.context()

@@ -5,7 +5,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from app import fmt, state
-from tracekit import charts
+from tracekit.render import charts
 
 ctx = state.context()
 s = ctx.summary

@@ -3,9 +3,10 @@
 import streamlit as st
 
 from app import fmt, state
-from tracekit import charts, quality
-from tracekit.facts import one_or_all
-from tracekit.render import checked
+from tracekit import quality
+from tracekit.render import charts
+from tracekit.summary.facts import one_or_all
+from tracekit.summary.text import checked
 
 ctx = state.context()
 s = ctx.summary

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import loader, state
-from tracekit import timeline
+from tracekit.render import timeline
 
 WIDTH_PX = 1400
 WINDOW = "timeline_window"

@@ -4,7 +4,8 @@ measured one."""
 import streamlit as st
 
 from app import fmt, loader, state
-from tracekit import charts, charts_run
+from tracekit.render import charts
+from tracekit.render import charts_run
 
 ctx = state.context()
 s = ctx.summary

@@ -1,0 +1,84 @@
+"""The options several ``tracekit`` subcommands share (JSON output, window, scale), and the CLI's small helpers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from tracekit.events.metrics import WINDOWS
+
+
+def add_json_options(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--json", action="store_true", help=text)
+    parser.add_argument("--indent", type=non_negative_int, default=None, metavar="N",
+                        help="with --json: indent nested values by N spaces, one value a line (default: one line)")
+
+
+def add_window_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", choices=WINDOWS, default="drop_last",
+                        help="time the metrics cover (default: all ProfilerSteps but the last, as HTA)")
+
+
+def add_scale_options(parser: argparse.ArgumentParser) -> None:
+    scale = parser.add_argument_group("scale")
+    scale.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                       help="processes that read ranks in parallel (default: one per core; 1: none)")
+    scale.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                       help="run the per-rank work on this Dask cluster, e.g. tcp://host:8786 (needs tracekit[dask])")
+    scale.add_argument("--no-cache", action="store_true", help="neither read nor write the per-rank result cache")
+    scale.add_argument("--cache-dir", metavar="DIR", default=None,
+                       help="folder of the per-rank result cache (default: ~/.cache/tracekit)")
+
+
+def scale_options(args) -> dict:
+    """summarize() keywords from the scale flags; a progress bar on a terminal when many ranks are read."""
+    return {"workers": args.workers, "engine": "dask" if args.scheduler else "local", "client": args.scheduler,
+            "cache": not args.no_cache, "cache_dir": args.cache_dir, "progress": ProgressBar(sys.stderr)}
+
+
+def as_json(text: str, indent: int | None) -> str:
+    return (text if indent is None else msgspec.json.format(text, indent=indent)) + "\n"
+
+
+def fail(message: str) -> int:
+    print(f"tracekit: error: {message}", file=sys.stderr)
+    return 2
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+class ProgressBar:
+    """A tqdm bar on ``stream`` for runs of many ranks, shown only on a terminal."""
+
+    MIN_RANKS = 8
+
+    def __init__(self, stream) -> None:
+        self.stream, self.bar = stream, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < self.MIN_RANKS or not self.stream.isatty():
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            class _Bar(tqdm):
+                monitor_interval = 0  # no monitor thread: worker processes are forked only from a single thread
+
+            self.bar = _Bar(total=total, desc="ranks", unit="rank", file=self.stream, leave=False)
+        self.bar.update(done - self.bar.n)
+        if done == total:
+            self.bar.close()

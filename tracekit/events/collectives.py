@@ -1,0 +1,195 @@
+"""One row per collective call per rank, with its size and the nccl-tests bandwidths.
+
+GPU ranks: each communication kernel is one call. Its op, size and group come from the kernel's own args
+(newer traces), else from the ``record_param_comms`` op around the runtime call that launched it, else from the
+``nccl:*`` annotation around that call (op from the name, size from ``Input Dims``), else from the collective
+host op around it (``symm_mem::*``, ``_c10d_functional::*``, ``c10d::*``: op from the name, size from the input
+tensor in ``Input Dims``; c10d's ``*_base_`` ops take output, input, which also gives the output's size).
+CPU (gloo) ranks: each ``gloo:*`` annotation is one call, sized from its ``Input Dims`` (``record_shapes=True``).
+
+Sizes (nccl-tests' S): all_reduce, broadcast, reduce_scatter, all_to_all, send and recv count their input;
+all_gather its output, which is the input x the group size where the output is not recorded. The group size is
+the args' ``Group size``, else its process group's size in ``pg_config``, else what the call's own shapes say
+(all_gather output / input, reduce_scatter input / output), else the size of the group a call that names none is
+taken to run in (see ``rank._pg_sizes``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.events.classify import enclosing_span, launch_points
+from tracekit.commnames import COLLECTIVE_OP, COMM_ANNOTATION, OPS, OUTPUT_FIRST_OP
+
+_OP_PATTERNS = (
+    ("barrier", r"barrier"),
+    ("all_reduce", r"all_?reduce|cross_device_reduce|quick_?reduce"),
+    ("reduce_scatter", r"reduce_?scatter"),
+    ("all_gather", r"all_?gather"),
+    ("all_to_all", r"all_?to_?all"),
+    ("broadcast", r"broadcast"),
+    ("other", r"sendrecv"),
+    ("send", r"send"),
+    ("recv", r"recv"),
+)
+
+_DTYPE_BYTES = {
+    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
+    "long": 8, "int64": 8, "long int": 8, "int": 4, "int32": 4, "short": 2, "int16": 2,
+    "unsigned char": 1, "byte": 1, "uint8": 1, "signed char": 1, "char": 1, "int8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16,
+}
+
+# busbw / algbw (nccl-tests PERFORMANCE.md), n = group size.
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0 + 0 * n,
+    "send": lambda n: 1.0 + 0 * n,
+    "recv": lambda n: 1.0 + 0 * n,
+}
+
+
+def normalize_op(name: str | None) -> str:
+    """``nccl:_all_gather_base``, ``allgather``, ``ncclDevKernel_AllGather_RING_LL`` -> ``all_gather``."""
+    if not isinstance(name, str) or not name:
+        return "other"
+    text = name.lower()
+    for op, pattern in _OP_PATTERNS:
+        if re.search(pattern, text):
+            return op
+    return "other"
+
+
+def dtype_bytes(dtype: str | None) -> float:
+    """Bytes per element of a dtype as traces write it (``Float``, ``c10::BFloat16``, ``unsigned char``); NaN if unknown."""
+    if not isinstance(dtype, str) or not dtype:
+        return np.nan
+    key = dtype.lower().removeprefix("c10::").removeprefix("at::").removeprefix("torch.")
+    return float(_DTYPE_BYTES.get(key, np.nan))
+
+
+def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: dict) -> pd.DataFrame:
+    """Collectives of every rank. ``events`` is classified; ``pg_sizes`` maps (rank, pg) -> size, and (rank, None) -> size of the only pg."""
+    calls = events[events["kind"] == "comm"]
+    calls = calls[(calls["cat"] == "kernel") | calls["name"].astype(str).str.match(COMM_ANNOTATION.pattern)]
+    meta = _metadata(events, comm_args, calls)
+    op = [normalize_op(c) for c in meta["collective"]]
+    in_n, out_n = meta["in_nelems"].to_numpy(), meta["out_nelems"].to_numpy()
+    of_pg = np.array([np.nan if p is None or p != p else pg_sizes.get((r, p), np.nan)
+                      for r, p in zip(calls["rank"], meta["pg"])], dtype=float)
+    default = np.array([pg_sizes.get((r, None), np.nan) for r in calls["rank"]], dtype=float)
+    group = meta["group_size"].to_numpy(dtype=float)
+    for known in (of_pg, _group_from_shapes(np.array(op), in_n, out_n), default):
+        group = np.where(np.isnan(group), known, group)
+    size = np.array([dtype_bytes(d) for d in meta["dtype"]])
+    nbytes = _payload_bytes(np.array(op), in_n, out_n, group) * size
+    nbytes = np.where(np.array(op) == "barrier", 0.0, nbytes)
+    dur_us = calls["dur_ns"].to_numpy() / 1e3
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(dur_us > 0, nbytes / dur_us / 1e3, np.nan)
+    algbw = np.where(np.array(op) == "barrier", np.nan, algbw)
+    factor = np.array([_BUS_FACTOR[o](n) if o in _BUS_FACTOR and n > 0 else np.nan for o, n in zip(op, group)])
+    return pd.DataFrame({
+        "rank": calls["rank"].to_numpy(),
+        "step": calls["step"].to_numpy(),
+        "op": pd.Categorical(op, categories=list(OPS)),
+        "pg": meta["pg"].to_numpy(),
+        "seq": meta["seq"].to_numpy(),
+        "start_ns": calls["ts_ns"].to_numpy(),
+        "dur_us": dur_us,
+        "bytes": nbytes,
+        "dtype": meta["dtype"].to_numpy(),
+        "group_size": group,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * factor,
+        "name": calls["name"].astype(str).to_numpy(),
+        "row": calls.index.to_numpy(),
+    }).sort_values(["rank", "start_ns"], ignore_index=True)
+
+
+def _group_from_shapes(op, in_n, out_n):
+    """The group size a call's own sizes imply: all_gather output / input, reduce_scatter input / output."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.select([op == "all_gather", op == "reduce_scatter"], [out_n / in_n, in_n / out_n], default=np.nan)
+    whole = np.isfinite(ratio) & (ratio >= 1) & (ratio == np.round(ratio))
+    return np.where(whole, ratio, np.nan)
+
+
+def _payload_bytes(op, in_n, out_n, group):
+    """Elements that nccl-tests' S counts: the input, but all_gather's output (input x group where the output is not
+    recorded); reduce_scatter's input (output x group where only that is); recv's buffer."""
+    return np.select(
+        [op == "all_gather", op == "reduce_scatter", op == "recv"],
+        [np.where(np.isnan(out_n), in_n * group, out_n), np.where(np.isnan(in_n), out_n * group, in_n),
+         np.where(np.isnan(out_n), in_n, out_n)],
+        default=in_n,
+    )
+
+
+def _metadata(events, comm_args, calls) -> pd.DataFrame:
+    """Per call, each field from the first source that knows it: the call's own args, then the
+    ``record_param_comms`` around its launch, then the ``nccl:*`` annotation around its launch, then the
+    collective host op around its launch (op and Input Dims only)."""
+    own = comm_args.set_index("row").reindex(calls.index)
+    outer = _enclosing(events, comm_args, calls, re.compile(r"^record_param_comms$"))
+    annotation = _enclosing(events, comm_args, calls, COMM_ANNOTATION)
+    launcher = _enclosing(events, comm_args, calls, COLLECTIVE_OP)
+    sources = (own, outer, annotation)
+    not_wait = [src["collective"].where(src["collective"].astype(str).str.lower() != "wait") for src in sources]
+    # The op: a collective named in args beats an annotation's name, then the host op's, then a bare kernel name.
+    collective = _first(*not_wait, annotation["name"], launcher["name"],
+                        pd.Series(calls["name"].astype(str).to_numpy(), index=calls.index))
+    merged = pd.DataFrame({"collective": collective})
+    for f in ("pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size"):
+        merged[f] = _first(*(src[f] for src in sources))
+    # Input Dims: the first tensor is the input everywhere but in c10d's ops, whose *_base_ forms take
+    # (output, input) and whose others take tensor lists (sizes not recorded).
+    output_first = launcher["name"].astype(str).str.match(OUTPUT_FIRST_OP.pattern).to_numpy()
+    base = output_first & launcher["second_nelems"].notna().to_numpy()
+    first = [src["input_nelems"] for src in (own, annotation, outer)] + [launcher["input_nelems"].where(~output_first)]
+    types = [src["input_type"] for src in (own, annotation, outer, launcher)]
+    dims = _first(*first, launcher["second_nelems"].where(base))
+    dims_type = _first(*(t.where(n.notna()) for t, n in zip(types, first)), launcher["input_type"].where(base))
+    take = merged["in_nelems"].isna().to_numpy() & dims.notna().to_numpy()
+    merged.loc[take, "in_nelems"] = dims[take]
+    merged.loc[take & merged["dtype"].isna().to_numpy(), "dtype"] = dims_type[take & merged["dtype"].isna().to_numpy()]
+    take_out = merged["out_nelems"].isna().to_numpy() & base
+    merged.loc[take_out, "out_nelems"] = launcher["input_nelems"][take_out]
+    for f in ("seq", "in_nelems", "out_nelems", "group_size"):
+        merged[f] = pd.to_numeric(merged[f]).astype(float)
+    return merged
+
+
+def _first(*series: pd.Series) -> pd.Series:
+    """Element-wise first non-missing value across aligned series."""
+    out = series[0].astype(object)
+    for s in series[1:]:
+        out = out.where(out.notna(), s.astype(object))
+    return out
+
+
+def _enclosing(events, comm_args, calls, pattern: re.Pattern) -> pd.DataFrame:
+    """Comm args of the host op whose name matches ``pattern`` that encloses each call's launch (NaN rows where none)."""
+    columns = ["collective", "pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size", "input_nelems", "input_type",
+               "second_nelems", "name"]
+    result = pd.DataFrame(index=calls.index, columns=columns, dtype=object)
+    names = events["name"].cat.categories
+    wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
+    spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
+    launched = calls.index.to_numpy()[calls["launch_row"].to_numpy() >= 0]
+    if len(spans) == 0 or len(launched) == 0:
+        return result
+    span_row = enclosing_span(launch_points(events, events["launch_row"].to_numpy()[launched]), spans)
+    found = span_row >= 0
+    args = comm_args.set_index("row").reindex(span_row[found])
+    args["name"] = events["name"].astype(str).to_numpy()[span_row[found]]
+    result.loc[launched[found], columns] = args[columns].to_numpy()
+    for f in ("seq", "in_nelems", "out_nelems", "group_size", "input_nelems", "second_nelems"):
+        result[f] = pd.to_numeric(result[f])
+    return result

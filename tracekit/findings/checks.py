@@ -1,0 +1,132 @@
+"""What to change: findings read off a Summary, each with the numbers that triggered it and the usual fix.
+
+``find`` runs every check, in the order of ``_CHECKS``. The checks of idle time and host work are here; the
+communication checks (exposed communication, stragglers, bus bandwidth) are in ``tracekit.findings.comm_findings``, the
+Finding type and severity in ``tracekit.findings.finding``, FSDP's in ``tracekit.findings.fsdp_findings``.
+
+Thresholds are shares of a rank's span (the window's device time) unless said otherwise; they are constants
+here and in ``comm_findings`` (importable from here too) so a reader can see exactly when a finding fires.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from tracekit import fmt
+# Finding and the communication checks' thresholds stay importable from here: tracekit.Finding, render.checked().
+from tracekit.findings.comm_findings import BUSBW_SHARE, EXPOSED_COMM_SHARE, STRAGGLER_WAIT_SHARE  # noqa: F401
+from tracekit.findings.comm_findings import exposed_comm, low_busbw, straggler
+from tracekit.findings.finding import VENDOR, Finding, by_severity, gpu_vendor, severity, share_of_span
+
+DATA_IDLE_SHARE = (0.05, 0.20)
+HOST_IDLE_SHARE = (0.10, 0.30)        # GPU ranks only
+SYNC_IDLE_SHARE = 0.01
+REDUCED_PRECISION_SHARE = 0.01        # of compute-kernel time
+
+
+def find(ranks: pd.DataFrame, collectives: pd.DataFrame, stragglers: pd.DataFrame, run) -> tuple[Finding, ...]:
+    """All findings of a run, most severe first (then by how much time is at stake). ``run``: its
+    ``tracekit.summary.facts.RunFacts`` (device and host names, world size, straggler suspicions)."""
+    return by_severity(f for check in _CHECKS for f in check(ranks, collectives, stragglers, run))
+
+
+def _data_loading(ranks, collectives, stragglers, run):
+    return _idle_finding(ranks, "idle_data_us", DATA_IDLE_SHARE, "data_loading",
+                         "The device waits for the next batch for up to {share:.0%} of its time ({ranks}).",
+                         "Load data ahead of the step: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, "
+                         "prefetch_factor=2+), and copy batches with non_blocking=True.")
+
+
+def _host_bound(ranks, collectives, stragglers, run):
+    device = ranks[ranks["device"] != "cpu"]
+    if (device["gpu_runtime"] == "mtia").any():  # no GPU (whatever its devices are named): say device, no GPU graphs
+        unit, capture = "device", "torch.compile the step"
+    else:
+        graphs = VENDOR[gpu_vendor(device, run.device_names)]["graphs"]
+        unit, capture = "GPU", f"capture the step with {graphs} or torch.compile(mode='reduce-overhead')"
+    return _idle_finding(device, "idle_host_us", HOST_IDLE_SHARE, "host_bound",
+                         f"The {unit} idles waiting for kernel launches for up to {{share:.0%}} of its time ({{ranks}}).",
+                         f"Cut launch overhead: {capture}, fuse small ops, or raise the per-{unit} batch size.")
+
+
+def _idle_finding(ranks, column, thresholds, kind, message, recommendation):
+    if ranks.empty:
+        return []
+    share = share_of_span(ranks, column)
+    worst = float(share.max())
+    level = severity(worst, thresholds)
+    if level is None:
+        return []
+    hit = ranks.loc[share >= thresholds[0], "rank"]
+    return [Finding(kind, level, tuple(int(r) for r in hit), message.format(share=worst, ranks=fmt.ranks(hit)),
+                    recommendation, {"share": worst, column: float(ranks[column].max()), "threshold": thresholds[0]})]
+
+
+def _syncs(ranks, collectives, stragglers, run):
+    share = share_of_span(ranks, "idle_sync_us")
+    hit = ranks[(ranks["sync_calls"].fillna(0) > 0) & (share >= SYNC_IDLE_SHARE)]
+    if hit.empty:
+        return []
+    per_step = float((hit["sync_calls"] / hit["steps"].clip(lower=1)).max())
+    top = hit["sync_top_call"].dropna().astype(str).mode() if "sync_top_call" in hit else pd.Series(dtype=str)
+    call = str(top.iloc[0]) if len(top) else None
+    advice = next((text for pattern, text in _SYNC_ADVICE if call and pattern.search(call)), _SYNC_ADVICE[-1][1])
+    return [Finding(
+        "sync_in_step", "medium", tuple(int(r) for r in hit["rank"]),
+        f"Host-device synchronizations inside the step ({per_step:.1f} per step"
+        + (f", most of their time in {call}" if call else "") + ") leave the device idle for up to "
+        f"{float(share[hit.index].max()):.0%} of its time.",
+        advice.format(call=call),
+        {"share": float(share[hit.index].max()), "sync_calls_per_step": per_step, "top_call": call})]
+
+
+# Advice by the synchronizing call that takes the most time; the last entry is the general case.
+_SYNC_ADVICE = (
+    (re.compile(r"(?i)free|malloc|hostalloc|hostregister"),
+     "{call} waits for the device to drain: the caching allocator is giving memory back to the driver or taking "
+     "more. Keep it cached: no torch.cuda.empty_cache() in the loop, steady tensor shapes, expandable segments "
+     "against fragmentation (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or PYTORCH_HIP_ALLOC_CONF on ROCm), "
+     "and pinned host buffers allocated once."),
+    (re.compile(r"(?i)memcpy|memset"),
+     "{call} is a blocking copy: copy from pinned memory (DataLoader pin_memory=True) with non_blocking=True, and "
+     "read device values (.item(), .cpu()) every N steps rather than every step."),
+    (re.compile(r""),
+     "Remove synchronizations from the step: .item(), .cpu(), printing tensors, torch.cuda.synchronize(), blocking "
+     "copies. Keep values on the device and read them every N steps; copy with non_blocking=True."),
+)
+
+
+def _data_parallel(ranks, collectives, stragglers, run):
+    hit = ranks[ranks["data_parallel"].fillna(False).astype(bool)]
+    if hit.empty:
+        return []
+    return [Finding(
+        "data_parallel", "high", tuple(int(r) for r in hit["rank"]),
+        "torch.nn.DataParallel runs in this trace (DataParallel.forward): one process drives every GPU.",
+        "Switch to DistributedDataParallel, one process per GPU (torchrun): no per-step replication of the model, "
+        "no GIL contention, and all-reduce overlapped with backward. It is usually about 2x faster on 8 GPUs.",
+        {"share": 1.0})]
+
+
+def _no_reduced_precision(ranks, collectives, stragglers, run):
+    gpu = ranks[(ranks["device"] != "cpu") & (ranks["compute_major"] >= 7) & (ranks["compute_kernel_us"] > 0)]
+    if gpu.empty:
+        return []
+    share = gpu["reduced_precision_us"] / gpu["compute_kernel_us"]
+    hit = gpu[share < REDUCED_PRECISION_SHARE]
+    if hit.empty:
+        return []
+    matrix = VENDOR[gpu_vendor(gpu, run.device_names)]["matrix"]
+    return [Finding(
+        "no_reduced_precision", "medium", tuple(int(r) for r in hit["rank"]),
+        f"Only {float(share[hit.index].max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with {matrix} "
+        f"({fmt.ranks(hit['rank'])}).",
+        "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss "
+        f"(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on {matrix}.",
+        {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
+
+
+_CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _host_bound, _syncs, _no_reduced_precision,
+           low_busbw)

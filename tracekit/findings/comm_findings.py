@@ -1,0 +1,163 @@
+"""The communication checks of ``tracekit.findings.checks``: exposed communication (with advice per dominant op),
+stragglers, and all-reduce bus bandwidth far below the GPUs' link.
+
+Thresholds are shares of a rank's span (the window's device time) unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from tracekit import fmt
+from tracekit.run.crossrank import MIN_TESTED, STRAGGLER_P
+from tracekit.findings.finding import VENDOR, Finding, gpu_vendor, holds_on_any, severity, share_of_span
+
+EXPOSED_COMM_SHARE = (0.10, 0.25)     # medium, high
+STRAGGLER_WAIT_SHARE = (0.05, 0.20)   # of the median step time
+BUSBW_SHARE = 0.25                    # of the link's bandwidth
+LARGE_MESSAGE_BYTES = 16e6            # smaller all-reduces are latency-bound, not bandwidth-bound
+DOMINANT_OP_SHARE = 0.20              # of communication time: an op this large gets its own advice
+
+# Per-GPU one-way GPU-to-GPU link bandwidth (GB/s) by device name (NVLink on NVIDIA, Infinity Fabric on AMD):
+# what nccl-tests' busbw is compared with on one node.
+LINK_GBPS = {"H200": 450.0, "H100": 450.0, "B200": 900.0, "A100": 300.0, "V100": 150.0, "MI300": 448.0, "MI250": 400.0}
+
+# Advice per collective op: what usually shrinks exposed time of that op. DDP's knobs only where DDP runs.
+_OP_ADVICE = {
+    "all_reduce": "all_reduce: issue it asynchronously (async_op=True) as each tensor is ready and wait only where the "
+                  "result is needed, and flatten small tensors into fewer, larger calls.",
+    "ddp_all_reduce": "all_reduce from DDP's gradient reducer: tune bucket_cap_mb (fewer, larger buckets cut per-call "
+                      "cost; smaller ones start earlier), pass gradient_as_bucket_view=True, and accumulate gradients "
+                      "under no_sync() so the all-reduce runs once per optimizer step.",
+    "all_gather": "all_gather / reduce_scatter (sharded parameters, FSDP or ZeRO): prefetch the next gather while this "
+                  "layer computes (FSDP forward_prefetch=True, backward_prefetch=BACKWARD_PRE), wrap larger units so "
+                  "calls are fewer and bigger, and keep gathers inside a node (hybrid sharding) when the job spans nodes.",
+    "all_to_all": "all_to_all (embedding tables sharded across ranks as in DLRM/TorchRec, or mixture-of-experts "
+                  "dispatch): pipeline the exchange behind dense compute (TorchRec's TrainPipelineSparseDist), send "
+                  "less (fp16/bf16 quantized communication, smaller embedding dims or expert capacity), and balance "
+                  "the sharding so no rank sends more than the others.",
+    "broadcast": "broadcast: send only what changed, once, outside the step.",
+    "ddp_broadcast": "broadcast from DDP's buffer sync: DistributedDataParallel(broadcast_buffers=False) when the "
+                     "buffers need no sync each step.",
+    "send": "send / recv (pipeline stages): more micro-batches per step or an interleaved schedule shrink the bubble; "
+            "post receives early so transfers run under compute.",
+    "barrier": "barrier: take barriers out of the step (logging and checkpoint coordination belong outside it).",
+    "other": "calls of unnamed op (the collectives table's name column lists them): overlap them with compute and "
+             "batch them into fewer, larger calls.",
+}
+_ADVICE_KEY = {"reduce_scatter": "all_gather", "recv": "send"}
+
+
+def exposed_comm(ranks, collectives, stragglers, run):
+    """Communication not hidden under compute over ``EXPOSED_COMM_SHARE`` of a rank's span, with advice for the ops
+    that take most of the communication time (``dominant_ops``)."""
+    share = share_of_span(ranks, "exposed_comm_us")
+    worst = float(share.max()) if len(share) else math.nan
+    level = severity(worst, EXPOSED_COMM_SHARE)
+    if level is None:
+        return []
+    hit = ranks.loc[share >= EXPOSED_COMM_SHARE[0], "rank"]
+    ops = op_shares(collectives, hit)
+    dominant = dominant_ops(ops)
+    ddp = holds_on_any(ranks, hit, "ddp")
+    named = ", ".join(f"{op} {ops[op]:.0%}" for op in dominant)
+    advice = list(dict.fromkeys(_op_advice(op, ddp) for op in dominant))
+    return [Finding(
+        "exposed_comm", level, tuple(int(r) for r in hit),
+        f"Communication not hidden under compute takes up to {worst:.0%} of the device time ({fmt.ranks(hit)})"
+        + (f"; by op, {named} of the communication time." if dominant else "."),
+        " ".join(advice or ["Overlap communication with compute and prefer fewer, larger collectives."]),
+        {"share": worst, "exposed_comm_us": float(ranks["exposed_comm_us"].max()), "threshold": EXPOSED_COMM_SHARE[0],
+         "op_shares": ops, "ddp": ddp})]
+
+
+def op_shares(collectives: pd.DataFrame, ranks) -> dict[str, float]:
+    """Share of the summed call time of the window's collectives on ``ranks``, per op, largest first."""
+    calls = collectives[collectives["in_window"].astype(bool) & collectives["rank"].isin(list(ranks))]
+    per_op = calls.groupby(calls["op"].astype(str))["dur_us"].sum()
+    total = float(per_op.sum())
+    if total <= 0:
+        return {}
+    per_op = per_op[per_op > 0].sort_values(ascending=False, kind="stable")
+    return {str(op): float(v) / total for op, v in per_op.items()}
+
+
+def dominant_ops(shares: dict[str, float]) -> list[str]:
+    """The ops worth advice: the largest, and any other with at least ``DOMINANT_OP_SHARE`` of the time."""
+    return [op for i, (op, v) in enumerate(shares.items()) if i == 0 or v >= DOMINANT_OP_SHARE]
+
+
+def _op_advice(op: str, ddp: bool) -> str:
+    key = _ADVICE_KEY.get(op, op)
+    if ddp and f"ddp_{key}" in _OP_ADVICE:
+        return _OP_ADVICE[f"ddp_{key}"]
+    return _OP_ADVICE.get(key, _OP_ADVICE["other"])
+
+
+def straggler(ranks, collectives, stragglers, run):
+    """Stragglers (the binomial test passed) and, at low severity, suspicions (over the bar, but too few calls or p
+    too high: ``run.straggler_suspicions``), when the others wait at least STRAGGLER_WAIT_SHARE[0] of a step."""
+    suspected = run.straggler_suspicions
+    if (stragglers.empty and suspected.empty) or ranks["step_time_us"].isna().all():
+        return []
+    step_us = float(ranks["step_time_us"].median())
+    fix = ("find what this rank does differently: a slower input shard or data loader, a slower device or link, or "
+           "extra work on it (logging, checkpointing, evaluation on rank 0). Balance the work or move it off the step.")
+    out = []
+    for proven, table in ((True, stragglers), (False, suspected)):
+        for row in table.itertuples():
+            share = row.caused_wait_us_per_step / step_us
+            level = severity(share, STRAGGLER_WAIT_SHARE)
+            if level is None:
+                continue
+            seen = (f"Rank {row.rank} arrives last at {row.last_arrivals} of {row.matched} matched collectives "
+                    f"(chance: {row.expected_share:.0%}; p = {row.p_value:.2g})")
+            waits = f"the others wait {row.caused_wait_us_per_step / 1e3:.1f} ms per step for it ({share:.0%} of a step)"
+            evidence = {"share": share, "last_share": row.last_share, "p_value": row.p_value, "matched": row.matched,
+                        "last_arrivals": row.last_arrivals, "caused_wait_us_per_step": row.caused_wait_us_per_step}
+            if proven:
+                out.append(Finding("straggler", level, (int(row.rank),), f"{seen}; {waits}.", fix[0].upper() + fix[1:],
+                                   evidence))
+            else:
+                out.append(Finding(
+                    "straggler_suspected", "low", (int(row.rank),),
+                    f"{seen}: too little evidence to call it a straggler (that takes p < {STRAGGLER_P:g} over at least "
+                    f"{MIN_TESTED} calls), but {waits}.",
+                    "Profile more steps, or use smaller DDP buckets for more collectives per step, to confirm it; if it "
+                    "holds, " + fix, evidence))
+    return out
+
+
+def low_busbw(ranks, collectives, stragglers, run):
+    """Large all-reduces (``LARGE_MESSAGE_BYTES``) whose median bus bandwidth is under ``BUSBW_SHARE`` of the
+    GPUs' link (``LINK_GBPS``); judged on one node of known, non-PCIe GPUs only."""
+    world = run.world_size
+    calls = collectives[collectives["in_window"].astype(bool) & (collectives["op"] == "all_reduce")
+                        & (collectives["bytes"] >= LARGE_MESSAGE_BYTES)]
+    gpu_names = list(run.device_names)
+    link = next((bw for key, bw in LINK_GBPS.items() for n in gpu_names if key in n), None)
+    pcie = any("pcie" in n.lower() for n in gpu_names)
+    one_host = len(set(run.host_names)) <= 1
+    if calls.empty or link is None or pcie or not one_host or not isinstance(world, int) or world > 8:
+        return []  # no known NVLink to compare with (CPU, unknown or PCIe GPU, or across nodes)
+    # Bandwidth over the transfer only, when the collective was matched, so waiting for late ranks is not counted.
+    seconds = calls["transfer_us"].where(calls["transfer_us"] > 0, calls["dur_us"]).fillna(calls["dur_us"])
+    n = calls["group_size"]
+    achieved = float(np.nanmedian(calls["bytes"] / seconds / 1e3 * 2 * (n - 1) / n))
+    if not achieved < BUSBW_SHARE * link:
+        return []
+    hit = sorted(int(r) for r in calls["rank"].unique())
+    vendor = VENDOR[gpu_vendor(ranks, run.device_names)]
+    ddp = holds_on_any(ranks, hit, "ddp")
+    size = "keep DDP's buckets large enough (bucket_cap_mb) " if ddp else "send fewer, larger all-reduces "
+    return [Finding(
+        "low_busbw", "medium", tuple(hit),
+        f"Large all-reduces reach a median bus bandwidth of {achieved:.0f} GB/s, {achieved / link:.0%} of the "
+        f"{link:.0f} GB/s {vendor['link']} of these GPUs.",
+        f"Check the interconnect ({vendor['inspect']}), avoid PCIe/host-staged paths, and {size}to be "
+        "bandwidth-bound.",
+        {"share": 1 - achieved / link, "busbw_gbps": achieved, "link_gbps": link, "calls": int(len(calls)),
+         "ddp": ddp})]

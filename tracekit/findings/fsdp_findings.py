@@ -1,0 +1,162 @@
+"""Findings for sharded training (FSDP), read off ``summary.fsdp``: each names the remedy that fits what was measured.
+
+- ``fsdp_exposed_allgather``: all-gathers with no compute under them take a share of the step time. The remedy
+  follows where that time is: gathers issued on demand after the first unit of a pass (an earlier unit could have
+  prefetched them) -> prefetch more; gathers of the backward pass
+  (parameters freed after forward) -> ``reshard_after_forward=False`` for the last units, which backward needs first;
+  many small units -> fewer, larger units.
+- ``fsdp_fp32_allgather``: parameters gathered in float32 while all-gathers are exposed: bf16 halves the bytes.
+- ``fsdp_exposed_reduce``: the last unit of backward reduces its gradients with no compute left to hide under.
+- ``fsdp_small_units``: units whose all-gather moves little and takes longer than the unit computes.
+Thresholds are constants here; shares are of the rank's step time over the window.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from tracekit.findings.finding import Finding, by_severity
+
+EXPOSED_ALLGATHER_SHARE = (0.05, 0.20)  # medium, high
+BACKWARD_SHARE = 0.3                    # of exposed all-gather in backward: keep the last units unsharded
+EXPOSED_REDUCE_SHARE = 0.05             # of step time, the last backward unit's exposed reduction
+SMALL_UNIT_BYTES = 4e6                  # a gather under this is latency-bound on any interconnect
+FP32_NAMES = {"float", "float32", "c10::float", "torch.float32"}
+
+PREFETCH_REMEDY = ("prefetch more: FSDP2 block.set_modules_to_forward_prefetch([next blocks]) and "
+                   "set_modules_to_backward_prefetch([previous blocks]); FSDP1 forward_prefetch=True, "
+                   "backward_prefetch=BackwardPrefetch.BACKWARD_PRE")
+RESHARD_REMEDY = ("fully_shard(last blocks, reshard_after_forward=False): backward needs them first, so gathering "
+                  "them again right after forward only adds exposed time (costs their unsharded memory)")
+LARGER_UNITS_REMEDY = "wrap fewer, larger units (several blocks per fully_shard) so each gather is bigger and rarer"
+
+
+def merged(findings: tuple, fsdp: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
+    """``findings`` and the FSDP findings of ``fsdp`` together, most severe first."""
+    found = list(findings) + list(find(fsdp, steps))
+    return by_severity(found)
+
+
+def find(fsdp: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
+    """The FSDP findings of a run (none without FSDP rows in the window)."""
+    if fsdp is None or fsdp.empty:
+        return ()
+    rows = fsdp[fsdp["in_window"].astype(bool)]
+    kept = steps[steps["in_window"].astype(bool)]
+    step_us = kept.groupby("rank")["step_us"].sum()
+    if rows.empty or step_us.empty:
+        return ()
+    return tuple(f for check in (_exposed_allgather, _fp32_allgather, _exposed_reduce, _small_units)
+                 for f in check(rows, step_us))
+
+
+def _level(value: float, thresholds: tuple[float, float]) -> str | None:
+    if math.isnan(value) or value < thresholds[0]:
+        return None
+    return "high" if value >= thresholds[1] else "medium"
+
+
+def _per_rank_share(rows: pd.DataFrame, column: str, step_us: pd.Series) -> pd.Series:
+    return (rows.groupby("rank")[column].sum() / step_us).dropna()
+
+
+def _exposed_allgather(rows, step_us):
+    share = _per_rank_share(rows, "allgather_exposed_us", step_us)
+    worst = float(share.max()) if len(share) else math.nan
+    level = _level(worst, EXPOSED_ALLGATHER_SHARE)
+    if level is None:
+        return []
+    hit = share.index[share >= EXPOSED_ALLGATHER_SHARE[0]]
+    mine = rows[rows["rank"].isin(hit)]
+    exposed = float(mine["allgather_exposed_us"].sum())
+    late = late_on_demand(mine)
+    late_us = float(mine.loc[late, "allgather_exposed_us"].sum())
+    late_per_step = float(late.sum()) / max(1, mine.groupby(["rank", "step"]).ngroups)
+    backward = float(mine.loc[mine["phase"] == "backward", "allgather_exposed_us"].sum()) / exposed
+    per_unit = mine.groupby("unit")["allgather_exposed_us"].sum().sort_values(ascending=False)
+    small = float(mine.loc[mine["gathers"] > 0, "allgather_bytes"].median()) < SMALL_UNIT_BYTES
+    prefetch = late_us > 0
+    remedies = ([PREFETCH_REMEDY] if prefetch else []) + \
+               ([RESHARD_REMEDY] if backward >= BACKWARD_SHARE else []) + ([LARGER_UNITS_REMEDY] if small else [])
+    units = ", ".join(f"{u} {v / 1e3:.1f} ms" for u, v in per_unit.head(3).items())
+    return [Finding(
+        "fsdp_exposed_allgather", level, tuple(int(r) for r in hit),
+        f"FSDP all-gathers with no compute under them take up to {worst:.0%} of the step time ({backward:.0%} of it "
+        f"in backward); {late_per_step:.1f} gathers per step and rank were issued on demand after the first unit of "
+        f"their pass, with {late_us / 1e3:.1f} ms exposed. Most exposed units: {units}.",
+        "; ".join(remedies or ["overlap the gathers with compute (prefetch), or gather fewer bytes"]) + ".",
+        {"share": worst, "allgather_exposed_us": exposed, "late_on_demand_per_step": late_per_step,
+         "late_on_demand_exposed_us": late_us, "backward_share": backward, "threshold": EXPOSED_ALLGATHER_SHARE[0],
+         "prefetch_remedy": prefetch, "units": {str(u): float(v) for u, v in per_unit.items()}})]
+
+
+def late_on_demand(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose all-gather was issued on demand although an earlier unit of the same pass could have prefetched
+    it (the first gathering unit of a pass has nothing before it to hide under)."""
+    gathered = rows["gathers"] > 0
+    passes = [rows["rank"], rows["step"], rows["phase"]]
+    first = rows["order"].where(gathered).groupby(passes, observed=True).transform("min")
+    return (rows["prefetch"] == "on_demand") & (rows["order"] > first)
+
+
+def _fp32_allgather(rows, step_us):
+    fp32 = rows["allgather_dtype"].astype(str).str.lower().isin(FP32_NAMES) & (rows["gathers"] > 0)
+    if not fp32.any():
+        return []
+    share = _per_rank_share(rows[fp32], "allgather_exposed_us", step_us)
+    worst = float(share.max()) if len(share) else math.nan
+    if math.isnan(worst) or worst < EXPOSED_ALLGATHER_SHARE[0]:
+        return []
+    hit = share.index[share >= EXPOSED_ALLGATHER_SHARE[0]]
+    per_step = rows[fp32 & rows["rank"].isin(hit)].groupby(["rank", "step"])["allgather_bytes"].sum()
+    return [Finding(
+        "fsdp_fp32_allgather", "medium", tuple(int(r) for r in hit),
+        f"FSDP gathers parameters in float32 ({per_step.mean() / 1e6:.2f} MB per step and rank) while exposed "
+        f"all-gathers take up to {worst:.0%} of the step time.",
+        "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) halves the all-gather bytes "
+        "(FSDP1: MixedPrecision(param_dtype=torch.bfloat16)).",
+        {"share": worst, "allgather_bytes_per_step": float(per_step.mean()),
+         "bytes_saved_per_step": float(per_step.mean()) / 2})]
+
+
+def _exposed_reduce(rows, step_us):
+    bwd = rows[rows["phase"] == "backward"]
+    if bwd.empty:
+        return []
+    last = bwd[bwd["order"] == bwd.groupby(["rank", "step"])["order"].transform("max")]
+    share = _per_rank_share(last, "reduce_exposed_us", step_us)
+    worst = float(share.max()) if len(share) else math.nan
+    if math.isnan(worst) or worst < EXPOSED_REDUCE_SHARE:
+        return []
+    hit = share.index[share >= EXPOSED_REDUCE_SHARE]
+    units = sorted(set(last.loc[last["rank"].isin(hit), "unit"].astype(str)))
+    return [Finding(
+        "fsdp_exposed_reduce", "medium", tuple(int(r) for r in hit),
+        f"The reduce-scatter of the last unit of backward ({', '.join(units)}) runs with no compute left to hide "
+        f"under: up to {worst:.0%} of the step time.",
+        "Make the last unit of backward small (shard the embeddings apart from the root), reduce in bf16 "
+        "(MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)) if accuracy allows, and with gradient accumulation "
+        "reduce once per optimizer step (set_requires_gradient_sync(False) on the other micro-batches).",
+        {"share": worst, "reduce_exposed_us": float(last.loc[last["rank"].isin(hit), "reduce_exposed_us"].sum()),
+         "threshold": EXPOSED_REDUCE_SHARE, "units": units})]
+
+
+def _small_units(rows, step_us):
+    gathered = rows[rows["gathers"] > 0]
+    per_unit = gathered.groupby("unit").agg(bytes=("allgather_bytes", "median"), gather_us=("allgather_us", "sum"),
+                                            compute_us=("compute_us", "sum"))
+    small = per_unit[(per_unit["bytes"] < SMALL_UNIT_BYTES) & (per_unit["gather_us"] > per_unit["compute_us"])]
+    if len(small) < 2:
+        return []
+    share = float(small["gather_us"].sum() / gathered.groupby("unit")["allgather_us"].sum().sum())
+    return [Finding(
+        "fsdp_small_units", "low", tuple(int(r) for r in np.unique(gathered["rank"])),
+        f"{len(small)} of {len(per_unit)} FSDP units gather under {SMALL_UNIT_BYTES / 1e6:.0f} MB "
+        f"(median {small['bytes'].median() / 1e6:.2f} MB) and spend longer gathering than computing: their "
+        "collectives are latency-bound.",
+        LARGER_UNITS_REMEDY + ".",
+        {"gather_share": share, "units": [str(u) for u in small.index],
+         "median_bytes": float(small["bytes"].median())})]

@@ -1,0 +1,166 @@
+"""The critical path of each step across ranks: the chain of events that ends the step, walked back through the graph.
+
+A step ends on the rank whose next ``ProfilerStep`` marker comes last. From there the walk follows, at each node,
+the input that bound it in the measured run (``tracekit.predict.replay``): its lane predecessor, its launch, the event it
+waited for, or, for a collective, the last rank to arrive. Each piece of time on the path gets a category:
+
+  compute        device work (on CPU-only ranks, the training thread's ops)
+  comm_transfer  a collective moving data after the last rank arrived (exposed: nothing else ends the step then)
+  launch         launch calls, the latency from a launch to its kernel, a gloo collective's hand-off
+  host           host time no event records, between calls (Python, a sleep); on GPU ranks, launch overhead
+  data           DataLoader ``__next__``
+  sync           a synchronizing call waiting for the device to drain
+  other          anything else (a wake-up after a wait, a host op that is none of the above)
+  unknown        from the step's start to the first event the walk reached that the trace links to nothing
+                 earlier (e.g. a collective recorded without the op that enqueued it): what bound it is not recorded
+
+``waiting`` marks time spent on another rank than the one that ends the step: that rank was waiting for this one,
+and the category says what this one was doing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.predict.replay import Model
+from tracekit.schema import CRITICAL_PATH_COLUMNS, CRITICAL_PATH_EVENT_COLUMNS
+
+CATEGORIES = ("compute", "comm_transfer", "launch", "host", "data", "sync", "other", "unknown")
+PATH_COLUMNS = list(CRITICAL_PATH_COLUMNS)
+EVENT_COLUMNS = list(CRITICAL_PATH_EVENT_COLUMNS)
+_OWN = {"compute": "compute", "memory": "compute", "comm": "comm_transfer", "launch": "launch", "sync": "sync",
+        "data": "data", "host": "host", "marker": "other"}
+
+
+def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, in the measured run: which input bound its start (0 lane, 1 launch/enqueue, 2 wait, 3 anchor),
+    and the node whose end bound its end (-1: its own start)."""
+    start, end, first = model.start, model.end, model.first
+    prev_end = np.where(first, -np.inf, np.concatenate([[-np.inf], end[:-1]]))
+    inputs = np.vstack([prev_end, np.where(model.ps >= 0, start[np.maximum(model.ps, 0)], -np.inf),
+                        np.where(model.pe >= 0, end[np.maximum(model.pe, 0)], -np.inf), model.anchor])
+    start_by = np.argmax(inputs, axis=0)
+    group = model.group
+    member = np.flatnonzero(group >= 0)
+    last = np.full(len(start), -1, dtype=np.int64)
+    if len(member):
+        frame = pd.DataFrame({"g": group[member], "t": start[member], "i": member}).sort_values(["g", "t"])
+        last_of = frame.groupby("g")["i"].last()
+        last[member] = last_of.reindex(group[member]).to_numpy()
+    t_last = np.where(last >= 0, start[np.maximum(last, 0)], -np.inf)
+    t_dr = np.where(model.dr >= 0, end[np.maximum(model.dr, 0)], -np.inf)
+    end_by = np.where((t_last >= t_dr) & (t_last > start), last, np.where(t_dr > start, model.dr, -1))
+    return start_by, end_by, np.where(end_by == last, 1, np.where(end_by >= 0, 2, 0))
+
+
+def critical_paths(graph: pd.DataFrame, model: Model, window_steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(critical_path, critical_path_events) of every window step that has a next step to end it."""
+    markers = graph.index[(graph["cat"] == "marker").to_numpy()].to_numpy()
+    if len(markers) == 0:
+        return pd.DataFrame(columns=PATH_COLUMNS), pd.DataFrame(columns=EVENT_COLUMNS)
+    frame = pd.DataFrame({"rank": graph["rank"].to_numpy()[markers], "step": graph["step"].to_numpy()[markers],
+                          "node": markers, "t": model.start[markers]}).sort_values(["rank", "t"])
+    frame["next_node"] = frame.groupby("rank")["node"].shift(-1)
+    frame["next_t"] = frame.groupby("rank")["t"].shift(-1)
+    frame = frame.dropna(subset=["next_node"]).merge(window_steps[["rank", "step"]], on=["rank", "step"])
+    # Each step ends on the rank whose next marker is latest.
+    ends = frame.sort_values(["next_t", "rank"], ascending=[False, True]).drop_duplicates("step")
+    start_by, end_by, end_kind = bindings(graph, model)
+    host_lane = _host_lanes(graph)
+    walk = _Walker(graph, model, start_by, end_by, end_kind, host_lane)
+    pieces = [walk.back(int(r.next_node), float(r.t), int(r.step), int(r.rank)) for r in ends.itertuples()]
+    events = pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame(columns=EVENT_COLUMNS)
+    if events.empty:
+        return pd.DataFrame(columns=PATH_COLUMNS), pd.DataFrame(columns=EVENT_COLUMNS)
+    path = (events.assign(us=events["end_us"] - events["start_us"])
+            .groupby(["rank", "step", "category", "waiting", "ends_on_rank"], observed=True)["us"].sum().reset_index())
+    path["category"] = pd.Categorical(path["category"], categories=list(CATEGORIES))
+    events["category"] = pd.Categorical(events["category"], categories=list(CATEGORIES))
+    return path[PATH_COLUMNS].sort_values(["step", "rank", "category"], ignore_index=True), events[EVENT_COLUMNS]
+
+
+def _host_lanes(graph: pd.DataFrame) -> np.ndarray:
+    """Per node: whether its lane is a host thread (it holds no device event or collective)."""
+    device = graph["cat"].isin(["compute", "memory", "comm"]).to_numpy() & (graph["ps"].to_numpy() >= 0)
+    device |= (graph["cat"] == "comm").to_numpy()
+    device_lanes = np.unique(graph["lane"].to_numpy()[device])
+    return ~np.isin(graph["lane"].to_numpy(), device_lanes)
+
+
+class _Walker:
+    """Walks back from a node's start through the binding inputs, one piece of time per step of the walk."""
+
+    def __init__(self, graph, model, start_by, end_by, end_kind, host_lane) -> None:
+        # numpy arrays indexed one element at a time: the walk touches only the path's nodes.
+        self.start, self.end, self.first, self.ps, self.pe = model.start, model.end, model.first, model.ps, model.pe
+        self.busy = model.busy
+        self.start_by, self.end_by, self.end_kind = start_by, end_by, end_kind
+        self.rank = graph["rank"].to_numpy()
+        self.cat_codes, self.cats = graph["cat"].cat.codes.to_numpy(), list(graph["cat"].cat.categories)
+        self.name = graph["name"]
+        self.in_data, self.host = graph["in_data"].to_numpy(dtype=bool), host_lane
+
+    def _delay_category(self, i: int, by: int) -> str:
+        if by == 1:
+            return "launch"
+        if by == 2:
+            return "other"
+        if self.in_data[i]:
+            return "data"
+        return "host" if self.host[i] else "other"
+
+    def back(self, node: int, t0: float, step: int, ends_on: int) -> pd.DataFrame:
+        rows = []
+        ceiling = [float(self.start[node])]
+
+        def piece(i, lo, hi, kind, category):
+            # Each piece ends where the walk came from: an input inferred to end a little after the event it bound
+            # (a wait matched within its tolerance) must not count the same time twice.
+            hi = min(hi, ceiling[0])
+            lo = max(lo, t0)
+            if hi > lo:
+                rows.append((self.rank[i], lo, hi, i, kind, category))
+                ceiling[0] = lo
+
+        i, phase = int(node), "start"
+        for _ in range(len(self.start) * 2 + 1):
+            if phase == "end":
+                by = self.end_by[i]
+                lo = self.start[i] if by < 0 else (self.start[by] if self.end_kind[i] == 1 else self.end[by])
+                cat = self.cats[self.cat_codes[i]]
+                own = "data" if self.in_data[i] else _OWN[cat]  # ops a DataLoader runs are data loading
+                piece(i, lo, self.end[i], cat, own if by < 0 else ("comm_transfer" if self.end_kind[i] == 1 else "sync"))
+                if by < 0:
+                    phase = "start"
+                elif self.end_kind[i] == 1:
+                    i, phase = by, "start"
+                else:
+                    i = by
+            else:
+                by = self.start_by[i]
+                if by == 3:
+                    break
+                src, src_phase = ((i - 1, "end") if by == 0 else (self.ps[i], "start") if by == 1 else (self.pe[i], "end"))
+                if by == 0 and self.first[i]:
+                    break
+                lo = self.start[src] if src_phase == "start" else self.end[src]
+                if self.start[i] > lo:  # unrecorded time; on CPU-only ranks partly enclosing ops' own time
+                    cut = max(self.start[i] - self.busy[i], lo)  # busy is measured from the lane's last end
+                    piece(i, cut, self.start[i], "delay", "compute")
+                    piece(i, lo, cut, "delay", self._delay_category(i, by))
+                i, phase = src, src_phase
+            if (self.start[i] if phase == "start" else self.end[i]) <= t0:
+                break
+        reached = min(self.start[i] if phase == "start" else self.end[i], ceiling[0])
+        if reached > t0:  # the walk stopped at an event with no recorded input, after the step began
+            rows.append((self.rank[i], t0, reached, i, "unlinked", "unknown"))
+        frame = pd.DataFrame(rows, columns=["rank", "start_ns", "end_ns", "node", "kind", "category"])
+        frame = frame[frame["end_ns"] > frame["start_ns"]]
+        frame["name"] = self.name.iloc[frame["node"].to_numpy()].astype(str).to_numpy()
+        return pd.DataFrame({
+            "rank": frame["rank"].to_numpy(), "step": step, "start_us": frame["start_ns"].to_numpy() / 1e3,
+            "end_us": frame["end_ns"].to_numpy() / 1e3, "name": frame["name"].to_numpy(),
+            "kind": frame["kind"].to_numpy(), "category": frame["category"].to_numpy(),
+            "waiting": frame["rank"].to_numpy() != ends_on, "ends_on_rank": ends_on,
+        }).iloc[::-1].reset_index(drop=True)

@@ -1,0 +1,239 @@
+"""What-if step times: replay the run's graph with measured times changed, one scenario at a time.
+
+Scenarios (each changes the measured ``delay``/``tail`` of some nodes, see ``tracekit.predict.replay``; the replay then
+finds where every other event moves, so the critical path may change):
+
+  baseline         nothing changed: reproduces the measured step time
+  no_straggler     at each collective a rank arrived at last, that rank's time since its previous collective is cut
+                   to the median of the other ranks' for the same collective, compute (own times of compute nodes)
+                   and host time (positive delays, own times of the other nodes) each on its own
+                   (``straggler_factors``)
+  comm_x<k>        collective transfer times divided by k (``comm_x2``, ``comm_x0.5`` for twice as slow)
+  perfect_overlap  collective transfers take no time (ranks still meet at every collective)
+  no_host_gaps     the host is never late: on GPU ranks, host-thread delays and launch calls take no time and
+                   device events no longer wait for their launches; on CPU-only ranks, the training thread's
+                   unrecorded time between ops (not data loading, not waits) is removed
+  no_data_wait     DataLoader ``__next__`` and everything inside it takes no time
+
+``compute_scale`` ({rank: factor}) multiplies the compute nodes' own times, after the scenario's changes (the cut
+of ``no_straggler`` is measured on the trace as it is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit import schema
+from tracekit.predict import replay
+
+SCENARIOS = ("baseline", "no_straggler", "comm_x2", "perfect_overlap", "no_host_gaps", "no_data_wait")
+WHATIF_COLUMNS = list(schema.WHATIF_COLUMNS)
+NO_GAIN_PCT = 1.0  # a predicted saving under this % of the step is worded as no measurable gain
+_COMM_X = re.compile(r"^comm_x(\d+(?:\.\d+)?)$")
+# Which scenario predicts the saving of each finding's fix, and how to say it.
+_FIX = {"straggler": ("no_straggler", "removing rank {ranks}'s delay"),
+        "straggler_suspected": ("no_straggler", "removing rank {ranks}'s delay"),
+        "exposed_comm": ("perfect_overlap", "hiding all communication"),
+        "data_loading": ("no_data_wait", "removing DataLoader waits"),
+        "host_bound": ("no_host_gaps", "removing host gaps")}
+
+
+def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None = None):
+    """Predicted mean step time of the run under each scenario, by replaying its dependency graph.
+
+    ``tracekit.whatif`` (``tracekit.api.whatif``) also takes a run folder and summarizes it first.
+
+    Args:
+      summary: the run's ``Summary``.
+      scenarios: names from ``SCENARIOS`` or ``comm_x<k>`` (k > 0).
+      compute_scale: rank -> factor applied to the compute nodes' own times in every scenario (e.g. to model a
+        run where ranks compute more slowly); None for none.
+    Returns a DataFrame: scenario, step_time_us (mean over ranks of the mean window step), speedup (baseline step
+    time / this one), saving_us and saving_pct (per step, against the baseline).
+
+    """
+    table = predict_graph(summary.graph, _window(summary.steps), scenarios, compute_scale)
+    quality = summary.data_quality
+    if quality["device_events_absent"].astype(bool).any():
+        # A device rank whose kernels were not collected: what the device did is unknown, so is any change to it.
+        changed = (table["scenario"] != "baseline").to_numpy()
+        table.loc[changed, ["step_time_us", "speedup", "saving_us", "saving_pct"]] = np.nan
+    return table
+
+
+def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCENARIOS,
+            compute_scale: dict[int, float] | None = None) -> pd.DataFrame:
+    """``whatif`` on a run graph and the window's (rank, step) pairs."""
+    names = [scenarios] if isinstance(scenarios, str) else list(scenarios)
+    for name in names:
+        _check(name)
+    if graph.empty:
+        return pd.DataFrame({"scenario": names, "step_time_us": np.nan, "speedup": np.nan, "saving_us": np.nan,
+                             "saving_pct": np.nan})
+    model = replay.measure(graph)
+    base = _step_us(graph, model, "baseline", window_steps, compute_scale or {})
+    times = [base if name == "baseline" else _step_us(graph, model, name, window_steps, compute_scale or {})
+             for name in names]
+    table = pd.DataFrame({"scenario": names, "step_time_us": times})
+    table["speedup"] = base / table["step_time_us"]
+    table["saving_us"] = base - table["step_time_us"]
+    table["saving_pct"] = table["saving_us"] / base * 100
+    return table[WHATIF_COLUMNS]
+
+
+def _cats(graph: pd.DataFrame) -> np.ndarray:
+    """The node categories as an object array (through the codes: no string conversion per row)."""
+    return np.asarray(list(graph["cat"].cat.categories), dtype=object)[graph["cat"].cat.codes.to_numpy()]
+
+
+def _check(name: str) -> None:
+    if name in SCENARIOS:
+        return
+    match = _COMM_X.match(name)
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(f"unknown scenario {name!r}: use one of {', '.join(SCENARIOS)} or comm_x<k> with k > 0")
+
+
+def _window(steps: pd.DataFrame) -> pd.DataFrame:
+    if steps.empty:
+        return steps
+    return steps.loc[steps["in_window"].astype(bool), ["rank", "step"]]
+
+
+def _step_us(graph, model, name, window_steps, compute_scale) -> float:
+    # A delay is host time (``delay - busy``) plus, on CPU-only ranks, enclosing ops' own time (``busy``).
+    host, busy, tail, ps = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps
+    cat = _cats(graph)
+    rank = graph["rank"].to_numpy()
+    comm = cat == "comm"
+    match = _COMM_X.match(name)
+    if match:
+        tail = np.where(comm, tail / float(match.group(1)), tail)
+    elif name == "perfect_overlap":
+        tail = np.where(comm, 0.0, tail)
+    elif name == "no_data_wait":
+        data = graph["in_data"].to_numpy(dtype=bool)
+        host, busy, tail = np.where(data, 0.0, host), np.where(data, 0.0, busy), np.where(data, 0.0, tail)
+    elif name == "no_host_gaps":
+        host, tail, ps = _no_host_gaps(graph, model, host, tail)
+    elif name == "no_straggler":
+        host_factor, tail_factor, busy_factor = straggler_factors(graph, model)
+        host = np.where(host > 0, host * host_factor, host)
+        tail, busy = tail * tail_factor, busy * busy_factor
+    for r, f in compute_scale.items():
+        mine = rank == r
+        tail = np.where(mine & np.isin(cat, ("compute", "memory")), tail * f, tail)
+        busy = np.where(mine, busy * f, busy)
+    start, end = replay.simulate(model, delay=host + busy, tail=tail, ps=ps)
+    return replay.mean_step_us(replay.step_times(graph, model, start, end, window_steps))
+
+
+def _no_host_gaps(graph, model, host, tail):
+    cat = _cats(graph)
+    device_rank = np.isin(graph["rank"].to_numpy(), graph.loc[(model.ps >= 0) & np.isin(cat, ("compute", "memory")), "rank"])
+    device_node = np.isin(cat, ("compute", "memory", "comm")) & device_rank | (cat == "comm")
+    launched = device_node & (model.ps >= 0) & device_rank
+    not_data = ~graph["in_data"].to_numpy(dtype=bool)
+    host_gpu = device_rank & ~device_node & not_data
+    host = np.where(launched | (host_gpu & (host > 0)), 0.0, host)
+    tail = np.where(host_gpu & (cat == "launch"), 0.0, tail)
+    ps = np.where(launched, -1, model.ps)
+    # CPU-only ranks: the training thread's unrecorded time, where nothing else bound the node's start.
+    from tracekit.predict.critical_path import bindings
+
+    start_by, _, _ = bindings(graph, model)
+    cpu_host = ~device_rank & ~device_node & not_data & (start_by == 0)
+    return np.where(cpu_host & (host > 0), 0.0, host), tail, ps
+
+
+def straggler_factors(graph: pd.DataFrame, model: replay.Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node: the factors the host part of its delay, its own time and the busy part of its delay (enclosing
+    ops' own time) are scaled by in ``no_straggler`` (1 for most).
+
+    A node belongs to the segment that ends at its rank's next arrival at a matched collective. At each collective
+    with a strict last arrival, that rank's segment time is cut, class by class, to the median of the other ranks'
+    segments: *compute* (own times of compute and memory nodes, and the busy parts of delays) and *host* (the rest
+    of every positive delay, and the own times of the other nodes: launches, syncs, sleeps, data loading). Cutting each class apart keeps a straggler
+    that sleeps from losing compute it shares with the others."""
+    member = np.flatnonzero(model.group >= 0)
+    if len(member) == 0:
+        return np.ones(len(graph)), np.ones(len(graph)), np.ones(len(graph))
+    rank = graph["rank"].to_numpy()
+    arrivals = pd.DataFrame({"rank": rank[member], "g": model.group[member], "t": model.start[member]})
+    arrivals = arrivals.sort_values(["g", "t"]).drop_duplicates(["rank", "g"]).sort_values(["rank", "t"],
+                                                                                           ignore_index=True)
+    cat = _cats(graph)
+    keep = np.flatnonzero(cat != "comm")
+    computing = np.isin(cat[keep], ("compute", "memory")).astype(int)
+    n = len(keep)
+    pieces = pd.DataFrame({  # each node three times: host part of its delay, busy part (compute), own time
+        "rank": np.tile(rank[keep], 3), "t": np.tile(model.start[keep], 3), "i": np.tile(keep, 3),
+        "part": np.repeat([0, 1, 2], n), "cls": np.concatenate([np.zeros(n, dtype=int), np.ones(n, dtype=int), computing]),
+        "w": np.concatenate([np.maximum(model.delay[keep] - model.busy[keep], 0), model.busy[keep],
+                             model.tail[keep]])}).sort_values("t")
+    seg = pd.merge_asof(pieces, arrivals.rename(columns={"t": "arrival"}).sort_values("arrival"),
+                        left_on="t", right_on="arrival", by="rank", direction="forward").dropna(subset=["g"])
+    seg["g"] = seg["g"].astype(np.int64)
+    work = seg.groupby(["g", "rank", "cls"])["w"].sum().rename("work").reset_index()
+    latest = arrivals.groupby("g")["t"].transform("max")
+    alone = arrivals[arrivals["t"] == latest].groupby("g")["rank"].agg(["first", "size"])
+    last = alone.loc[alone["size"] == 1, "first"]  # a tie has no last arrival
+    work["last"] = work["g"].map(last)
+    others = work[work["rank"] != work["last"]].groupby(["g", "cls"])["work"].median().rename("typical")
+    own = work[work["rank"] == work["last"]].set_index(["g", "cls"]).join(others, how="inner").reset_index()
+    own["factor"] = np.clip(own["typical"] / own["work"], 0.0, 1.0).where(own["work"] > 0, 1.0)
+    seg = seg.merge(own[["g", "rank", "cls", "factor"]], on=["g", "rank", "cls"], how="inner")
+    out = (host_factor, busy_factor, tail_factor) = np.ones(len(graph)), np.ones(len(graph)), np.ones(len(graph))
+    for part, factor in enumerate(out):
+        rows = seg[seg["part"] == part]
+        factor[rows["i"].to_numpy()] = rows["factor"].to_numpy()
+    return host_factor, tail_factor, busy_factor
+
+
+def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.DataFrame) -> tuple:
+    """The findings, each whose fix a scenario models quoting the replay's predicted saving in its message and
+    evidence (``predicted_step_us``, ``predicted_saving_us``, ``scenario``). A saving under ``NO_GAIN_PCT`` of the
+    step is worded as no measurable gain; the severity stays what was measured (the replay models the host's pace
+    from the trace, so a device-bound run whose host was throttled only inside its launch calls would be missed)."""
+    wanted = sorted({_FIX[f.kind][0] for f in findings if f.kind in _FIX})
+    if not wanted or graph.empty:
+        return findings
+    table = predict_graph(graph, window_steps, ["baseline", *wanted]).set_index("scenario")
+    out = []
+    for f in findings:
+        if f.kind not in _FIX or not np.isfinite(table.loc[_FIX[f.kind][0], "step_time_us"]):
+            out.append(f)
+            continue
+        scenario, label = _FIX[f.kind]
+        row = table.loc[scenario]
+        text = label.format(ranks=", ".join(str(r) for r in f.ranks))
+        saving = f"-{row['saving_us'] / 1e3:.1f} ms/step (-{row['saving_pct']:.0f}%)"
+        evidence = {**f.evidence, "scenario": scenario, "predicted_step_us": float(row["step_time_us"]),
+                    "predicted_saving_us": float(row["saving_us"])}
+        if row["saving_pct"] < NO_GAIN_PCT:  # what was seen is true, but the replay finds no faster step from the fix
+            base = table.loc["baseline", "step_time_us"]
+            saving = (f"no measurable gain ({row['step_time_us'] / 1e3:.1f} against {base / 1e3:.1f} ms/step): the "
+                      "steps' critical paths do not wait on it")
+        out.append(dataclasses.replace(f, message=f"{f.message} Predicted by replay: {text}: {saving}.",
+                                       evidence=evidence))
+    return tuple(out)
+
+
+def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int]):
+    """The Summary with its run graph, the critical path of each window step, and findings quoting the saving the
+    replay predicts for their fix. ``graphs``: each rank's ``RankResult.graph``, in the order of its collectives in
+    ``summary.collectives``; ``shift``: the clock correction per rank (ns)."""
+    from tracekit.predict.critical_path import critical_paths
+    from tracekit.run.rungraph import run_graph
+
+    graph = run_graph(graphs, summary.collectives, shift, summary.run.origin_ns)
+    window_steps = _window(summary.steps)
+    if graph.empty:
+        return dataclasses.replace(summary, graph=graph)
+    path, events = critical_paths(graph, replay.measure(graph), window_steps)
+    return dataclasses.replace(summary, graph=graph, critical_path=path, critical_path_events=events,
+                               findings=annotate_findings(summary.findings, graph, window_steps))

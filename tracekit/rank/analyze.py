@@ -1,0 +1,139 @@
+"""One rank, start to finish: read its file, classify its events, and reduce them to small per-rank tables.
+
+This is the unit of parallel work: only a ``RankResult`` (a handful of rows per step and per collective)
+leaves the worker, so memory in the parent does not grow with trace size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracekit.events import causes
+from tracekit.events import metrics
+from tracekit import intervals as iv
+from tracekit.events.classify import classify, step_table
+from tracekit.events.collectives import collective_table
+from tracekit.events.config import Config
+from tracekit.events.fsdp import unit_table as fsdp_unit_table
+from tracekit.rank.graph import rank_graph
+from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
+from tracekit.read.reader import RankMeta, read_rank
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """Everything the run-level summary needs from one rank. Times are absolute ns (``*_ns``) until combined."""
+
+    meta: RankMeta
+    device: str
+    origin_ns: int              # the rank's earliest event
+    breakdown: pd.DataFrame     # one row: metrics.rank_breakdown over the window
+    steps: pd.DataFrame         # metrics.step_breakdown, with in_window
+    collectives: pd.DataFrame   # collectives.collective_table, with in_window
+    gaps: pd.DataFrame          # metrics.gap_table over the window
+    quality: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row: data_quality_row
+    graph: pd.DataFrame = field(default_factory=pd.DataFrame)  # graph.rank_graph: nodes, within-rank edges
+    fsdp: pd.DataFrame = field(default_factory=pd.DataFrame)  # fsdp.unit_table, with in_window
+
+
+def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:
+    """Read and reduce one trace file."""
+    meta, events, comm_args = read_rank(path, default_rank=default_rank, host_ops=reads_host_op)
+    return reduce_rank(meta, events, comm_args, config)
+
+
+def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, config: Config) -> RankResult:
+    """The metric pipeline of one rank's events table."""
+    for col in ("cat", "name", "pid", "tid"):
+        if not isinstance(events[col].dtype, pd.CategoricalDtype):
+            events = events.assign(**{col: events[col].astype("category")})
+    device_rank = meta.device_evidence is not None
+    events = classify(events, comm_args, device_ranks=[meta.rank] if device_rank else [])
+    valid = events["dur_ns"] >= 0
+    # The earliest usable event, counting host ops the reader left out; from the table when the meta has none.
+    origin_ns = meta.first_ts_ns
+    if origin_ns is None:
+        origin_ns = int(events.loc[valid, "ts_ns"].min()) if valid.any() else 0
+    steps = step_table(events)
+    kept = metrics.window_steps(steps, config.window)
+    dev_all = metrics.all_device_events(events)
+    dev = metrics.in_window(dev_all, steps, config.window)
+
+    calls = collective_table(events, comm_args, _pg_sizes(meta))
+    collectives = calls.drop(columns=["row"])
+    collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)
+    fsdp = fsdp_unit_table(events, calls, comm_args, device_rank)
+    fsdp["in_window"] = _in_window(fsdp["step"], steps, kept, config)
+    step_rows = metrics.step_breakdown(dev_all, steps)
+    if dev_all.empty:  # no device event at all (kernels not collected): the steps' device times are unknown
+        step_rows = step_rows.assign(**{c: np.nan for c in _STEP_DEVICE_COLUMNS})
+    step_rows["in_window"] = _in_window(step_rows["step"], steps, kept, config) if len(step_rows) else []
+    names = sorted({n for n in meta.device_names if n})
+    mtia = events["cat"].isin(["mtia_ccp_events", "mtia_runtime"]).any()
+    device = (" / ".join(names) if names else "mtia" if mtia else "gpu") if device_rank else "cpu"
+
+    gaps = metrics.gap_table(dev)
+    gaps["cause"] = causes.gap_causes(gaps, dev, events, device_rank)
+    # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
+    breakdown = metrics.rank_breakdown(dev)
+    if breakdown.empty:
+        breakdown = breakdown.reindex([0]).assign(rank=meta.rank)
+    whole = config.window == "trace" or steps.empty
+    extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, None if whole else kept),
+              "compute_major": float("nan") if meta.compute_major is None else float(meta.compute_major)}
+    if dev.empty:  # no device time to split: unknown, not zero
+        extras.update({k: np.nan for k in extras if k.startswith("idle_") or k in _DEVICE_TIME_FACTS})
+    breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
+    return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
+                      steps=step_rows, collectives=collectives, gaps=gaps,
+                      quality=data_quality_row(meta, events, device_rank, len(dev_all)),
+                      graph=rank_graph(events, collectives), fsdp=fsdp)
+
+
+_STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
+_DEVICE_TIME_FACTS = ("reduced_precision_us", "compute_kernel_us")
+
+
+def data_quality_row(meta: RankMeta, events: pd.DataFrame, device_rank: bool, device_events: int) -> pd.DataFrame:
+    """One row of ``Summary.data_quality``: what this rank's numbers rest on (columns: schema.DATA_QUALITY_COLUMNS).
+
+    ``events`` is classified; ``device_events`` counts the rank's device events with a usable duration.
+    """
+    early = events[events["pre_trace"].to_numpy() & (events["dur_ns"] >= 0).to_numpy()]
+    early_ns = iv.total(*iv.merge(early["ts_ns"].to_numpy(), (early["ts_ns"] + early["dur_ns"]).to_numpy()))
+    return pd.DataFrame({
+        "rank": [meta.rank],
+        "device_evidence": [meta.device_evidence or "none: a CPU-only trace"],
+        "device_events": [device_events],
+        "device_events_absent": [device_rank and device_events == 0],
+        "pre_trace_events": [int(events["pre_trace"].sum())],
+        "pre_trace_device_us": [early_ns / 1e3],
+        "dropped_events": [meta.dropped_events],
+        "unknown_categories": [", ".join(f"{c} ({n})" for c, n in meta.unknown_categories)],
+        "unknown_category_events": [sum(n for _, n in meta.unknown_categories)],
+        "rank_source": [meta.rank_source],
+        "shapes_recorded": pd.array([meta.shapes_recorded], dtype="boolean"),
+    })
+
+
+def _in_window(step: pd.Series, steps: pd.DataFrame, kept: pd.DataFrame, config: Config) -> np.ndarray:
+    if config.window == "trace" or steps.empty:
+        return np.ones(len(step), dtype=bool)  # no ProfilerStep: the whole trace is the window
+    return step.isin(kept["step"]).to_numpy()
+
+
+def _pg_sizes(meta: RankMeta) -> dict:
+    """(rank, pg name) -> size from distributedInfo.pg_config; (rank, None) -> the size to assume for a call whose
+    group is not listed: with pg_config, known only when every group listed has the same size; without it (older
+    traces: ``{backend, rank, world_size}``), the default group's, which has ``world_size`` members."""
+    configs = [c for c in meta.pg_config if isinstance(c, dict) and "pg_size" in c]
+    sizes = {(meta.rank, str(c["pg_name"])): float(c["pg_size"]) for c in configs if "pg_name" in c}
+    if configs and len({float(c["pg_size"]) for c in configs}) == 1:
+        sizes[(meta.rank, None)] = float(configs[0]["pg_size"])
+    elif not meta.pg_config and meta.world_size is not None and meta.world_size > 0:
+        sizes[(meta.rank, None)] = float(meta.world_size)
+    return sizes

@@ -1,0 +1,233 @@
+"""How the per-rank work of a run is mapped: in this process, in a local process pool, or as Dask tasks.
+
+Each rank is read and reduced to a small ``RankResult`` where it runs; only those results (a few rows per step,
+collective and gap) travel back, so the memory of the caller does not grow with the size or number of traces.
+Results come back in file order whatever order the work finishes in, so every engine gives the same Summary.
+
+    options = EngineOptions(workers=4, cache_dir="~/.cache/tracekit")
+    outcomes = map_ranks(files, Config(), None, options)
+
+With ``kind="dask"`` the tasks run on an existing Dask cluster: ``client`` is a ``distributed.Client`` or a
+scheduler address (``"tcp://host:8786"``). Every Dask worker must be able to import tracekit and read the trace
+paths (a shared folder, or an fsspec URL such as ``s3://bucket/run``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tracekit.rank import cache
+from tracekit.events.config import Config
+from tracekit.errors import NotATraceError, TraceReadError
+from tracekit.read.files import is_url
+from tracekit.rank.analyze import RankResult, analyze_rank
+
+__all__ = ["EngineOptions", "map_ranks", "rank_key", "file_identity", "default_workers", "ENGINES"]
+
+ENGINES = ("local", "dask")
+Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    """Where and how per-rank work runs.
+
+    kind: ``"local"`` (this machine) or ``"dask"`` (an existing Dask cluster).
+    workers: local processes; ``None`` is one per core, ``1`` runs everything in this process.
+    client: for ``"dask"``: a ``distributed.Client``, or a scheduler address such as ``"tcp://host:8786"``.
+    cache_dir: the Parquet cache folder, or ``None`` for no cache.
+    cache_max_bytes: the cache folder is trimmed to this size after each run, least recently used entries first.
+    progress: called as ``progress(done, total)`` in this process each time a rank is finished.
+    """
+
+    kind: str = "local"
+    workers: int | None = None
+    client: Any = None
+    cache_dir: str | Path | None = None
+    cache_max_bytes: int = cache.DEFAULT_MAX_BYTES
+    progress: Progress | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {self.kind!r}")
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise ValueError(f"workers must be a positive integer or None; got {self.workers!r}")
+        if self.kind == "dask" and self.client is None:
+            raise ValueError('engine="dask" needs client= (a distributed.Client or a scheduler address)')
+        if self.kind == "local" and self.client is not None:
+            raise ValueError('client= is for engine="dask"')
+        if self.progress is not None and not callable(self.progress):
+            raise ValueError("progress must be a callable progress(done, total)")
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A read error, carried back from a worker as plain values (the error classes take more than a message)."""
+
+    kind: type
+    path: str
+    problem: str
+    rank: int | None
+
+    def error(self) -> TraceReadError:
+        return self.kind(self.path, self.problem, self.rank)
+
+
+def file_identity(path: str | Path) -> tuple:
+    """What says a trace file is unchanged: (resolved path, size, mtime ns), or (URL, the file system's key)."""
+    if is_url(path):
+        import fsspec
+
+        fs, inner = fsspec.core.url_to_fs(str(path))
+        return (str(path), fs.ukey(inner))
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return (str(resolved), stat.st_size, stat.st_mtime_ns)
+
+
+def rank_key(path: str | Path, config: Config, default_rank: int | None) -> str:
+    """The store key of a file's ``RankResult`` under ``config``: a changed file, option or result type misses."""
+    return cache.key("rank", file_identity(path), config, default_rank, cache.shape(RankResult))
+
+
+def _rank_task(path: str | Path, config: Config, default_rank: int | None, store: cache.Store | None = None,
+               store_key: str | None = None):
+    """The unit of work, run wherever the engine puts it: analyse one rank, and keep the result under ``store_key``."""
+    try:
+        result = analyze_rank(path, config, default_rank)
+    except TraceReadError as err:
+        return _Failed(type(err), err.path, err.problem, err.rank)
+    if store is not None and store_key is not None and _key_here(path, config, default_rank) == store_key:
+        store.put(store_key, result)  # only when the file did not change while it was read
+    return result
+
+
+def map_ranks(files: Sequence[str | Path], config: Config, default_rank: int | None,
+              options: EngineOptions = EngineOptions()) -> list[RankResult | NotATraceError]:
+    """``analyze_rank`` over ``files``, in file order: a RankResult per trace, the NotATraceError of a non-trace.
+
+    With a cache folder, a rank whose key is in the store is read from it and not analysed; the others are
+    analysed and put. Each result's file path is the one given here, whoever filled its entry. Any other read
+    error (a truncated file, invalid JSON) is raised as soon as it is seen; the rest is cancelled.
+    """
+    files = list(files)
+    store = None if options.cache_dir is None else cache.Store(Path(options.cache_dir), RankResult,
+                                                               options.cache_max_bytes)
+    keys = [_key_here(file, config, default_rank) if store is not None else None for file in files]
+    outcomes: list[Any] = [store.get(k) if k is not None else None for k in keys]
+    todo = [i for i, hit in enumerate(outcomes) if hit is None]
+    tick = _Ticker(len(files), options.progress)
+    for _ in range(len(files) - len(todo)):  # hits are read here: no worker starts for a run that is all cached
+        tick()
+    if todo:
+        run = _run_dask if options.kind == "dask" else _run_local
+        run([files[i] for i in todo], config, default_rank, options, todo, outcomes, tick, store,
+            [keys[i] for i in todo])
+    if store is not None:
+        store.trim()
+    return [_outcome(o, file) for o, file in zip(outcomes, files)]
+
+
+def _key_here(file, config, default_rank) -> str | None:
+    try:
+        return rank_key(file, config, default_rank)
+    except OSError:  # gone, unreadable, or a path only the cluster sees: not cached; its read names the problem
+        return None
+
+
+def _outcome(value, file):
+    if isinstance(value, _Failed):
+        error = value.error()
+        if isinstance(error, NotATraceError):
+            return error
+        raise error
+    # The path of this call, not of the call that filled the store entry (a relative path from another folder).
+    return dataclasses.replace(value, meta=dataclasses.replace(value.meta, path=str(file)))
+
+
+class _Ticker:
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.done, self.total, self.progress = 0, total, progress
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
+    workers = min(options.workers or default_workers(), len(files))
+    if workers == 1:
+        for file, slot, key in zip(files, slots, keys):
+            outcomes[slot] = _rank_task(file, config, default_rank, store, key)
+            _raise_if_fatal(outcomes[slot])
+            tick()
+        return
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+        pending = {pool.submit(_rank_task, file, config, default_rank, store, key): slot
+                   for file, slot, key in zip(files, slots, keys)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    outcomes[pending.pop(future)] = future.result()
+                    tick()
+                for future in done:
+                    _raise_if_fatal(future.result())
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+
+
+def _raise_if_fatal(value) -> None:
+    """Stop at the first read error that is not 'this JSON is not a trace' (that one is skipped by the caller)."""
+    if isinstance(value, _Failed) and not issubclass(value.kind, NotATraceError):
+        raise value.error()
+
+
+def _context():
+    """fork where it is safe (a single-threaded parent on Linux): workers start in milliseconds, imports done."""
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                       else "spawn")
+
+
+def _run_dask(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
+    try:
+        from distributed import Client, as_completed
+    except ImportError as err:  # pragma: no cover - depends on the install
+        raise ImportError('engine="dask" needs Dask: pip install "tracekit[dask]"') from err
+    own = not isinstance(options.client, Client)
+    client = Client(options.client) if own else options.client
+    try:
+        # pure=False: a rerun after a trace changed must not be answered from the cluster's memory of the last one.
+        # The store stays with the caller: entries are keyed on what this process sees of each file, before the run.
+        futures = client.map(_rank_task, files, config=config, default_rank=default_rank, pure=False)
+        index_of = {future.key: i for i, future in enumerate(futures)}
+        for future in as_completed(futures):
+            i = index_of[future.key]
+            outcomes[slots[i]] = value = future.result()
+            _raise_if_fatal(value)
+            if store is not None and keys[i] is not None and isinstance(value, RankResult):
+                store.put(keys[i], value)
+            tick()
+    finally:
+        if own:
+            client.close()

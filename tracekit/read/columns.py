@@ -1,0 +1,266 @@
+"""Decoded events -> columns: one rank's complete events become its events table and its communication args table.
+
+Strings become categoricals, ids int64 (-1: none), times exact int64 nanoseconds, without a Python call per event.
+Chunks of events are turned into columns one at a time, so a large trace's structs never all exist at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from tracekit.read.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
+from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
+from tracekit.read.kineto import NO_ARGS, Args, decode_raw
+
+# record_shapes is one switch for every op: the first CPU ops of a trace show whether shapes were recorded.
+_SHAPE_PROBE_OPS = 1000
+_MAX_US = 9.2e15  # int64 nanoseconds end here
+
+
+def rank_tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
+    """(events, comm_args, events dropped, first usable start, facts) of one rank's chunks of complete events;
+    facts: ``shapes_recorded`` (see RankMeta) and ``device_arg_cats``, the unknown categories with a ``device`` arg."""
+    keep_name = _NameFilter(host_ops)
+    parts = [_chunk_columns(events, keep_name) for events in chunks]
+    n = sum(len(p["ts"]) for p in parts)
+    # Times of every event: the table's rows first, then the CPU ops left out (they count for dropped and first).
+    ts_ns = _to_ns(np.concatenate([p["ts"] for p in parts] + [p["left_ts"] for p in parts] + [np.empty(0)])) + base_ns
+    dur_ns = _to_ns(np.concatenate([p["dur"] for p in parts] + [p["left_dur"] for p in parts] + [np.empty(0)]))
+    # No duration, a negative one (unfinished CPU events) or one longer than the whole trace: not usable.
+    last_start = int(ts_ns.max()) if len(ts_ns) else 0
+    horizon = last_start + max(last_start - (int(ts_ns.min()) if len(ts_ns) else 0), 1_000_000_000)
+    bad = (dur_ns < 0) | (ts_ns + dur_ns > horizon)
+    dur_ns[bad] = -1
+    first_ts_ns = int(ts_ns[~bad].min()) if (~bad).any() else None
+    dropped = int(bad.sum())
+    ts_ns, dur_ns = ts_ns[:n], dur_ns[:n]
+    table = pd.DataFrame({
+        "rank": np.full(n, rank, dtype=np.int32),
+        "cat": _categorical([p["cat"] for p in parts], canonical_category),
+        "name": _categorical([p["name"] for p in parts]),
+        "pid": _categorical([p["pid"] for p in parts], str),
+        "tid": _categorical([p["tid"] for p in parts], str),
+        "ts_ns": ts_ns,
+        "dur_ns": dur_ns,
+        "correlation": _joined(parts, "correlation", np.int64),
+        "external_id": _joined(parts, "external_id", np.int64),
+        "stream": _joined(parts, "stream", np.int64),
+    })
+    is_device = table["cat"].isin(DEVICE_CATEGORIES).to_numpy()
+    tid_num = _joined(parts, "tid_num", np.int64)
+    table["stream"] = np.where(is_device & (table["stream"].to_numpy() < 0), tid_num, table["stream"].to_numpy())
+    offsets = np.cumsum([0] + [len(p["ts"]) for p in parts])
+    comm_rows = [int(row + off) for p, off in zip(parts, offsets) for row in p["comm_rows"]]
+    args = dict(zip(comm_rows, [a for p in parts for a in p["comm_args"]]))
+    names = dict(zip(comm_rows, [name for p in parts for name in p["comm_names"]]))
+    shapes = [p["shapes"] for p in parts if p["shapes"] is not None]
+    facts = {"shapes_recorded": any(shapes) if shapes else None,
+             "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]}}
+    return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns, facts
+
+
+class _NameFilter:
+    """Which CPU ops to keep (see ``read_rank``'s ``host_ops``): asks ``host_ops`` once per distinct name, and starts
+    leaving ops out only once a device event has been seen, so a CPU-only trace keeps every op."""
+
+    def __init__(self, host_ops: Callable[[str], bool] | None) -> None:
+        self.host_ops, self.device_seen, self.cpu_op_cats = host_ops, False, set()
+        self.wanted = _Lookup(lambda name: isinstance(name, str) and bool(host_ops(name)))
+
+    def split(self, events: list) -> tuple[list, list]:
+        """(events to keep, CPU ops left out) of one chunk."""
+        if self.host_ops is None:
+            return events, []
+        cats = {e.cat for e in events}
+        self.cpu_op_cats |= {c for c in cats if canonical_category(c) == "cpu_op"}
+        self.device_seen = self.device_seen or any(canonical_category(c) in DEVICE_CATEGORIES for c in cats)
+        if not self.device_seen:
+            return events, []
+        cpu_op, wanted = self.cpu_op_cats, self.wanted
+        keep = [e.cat not in cpu_op or wanted[e.name] or (e.args is not None and e.args.collective is not None)
+                for e in events]
+        return list(itertools.compress(events, keep)), list(itertools.compress(events, map(operator.not_, keep)))
+
+
+class _Lookup(dict):
+    """A dict that computes a missing value once, from its key."""
+
+    def __init__(self, compute: Callable) -> None:
+        super().__init__()
+        self.compute = compute
+
+    def __missing__(self, key):
+        value = self[key] = self.compute(key)
+        return value
+
+
+def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
+    """One chunk of complete events as columns: numbers as arrays, strings as (codes, distinct values).
+
+    One list comprehension per field (the cheapest way to read a struct field per event), then vectorized work.
+    CPU ops that ``keep_name`` leaves out get no row: only their times are kept (``left_ts``, ``left_dur``).
+    """
+    shapes = _shapes_recorded(events)
+    events, left = keep_name.split(events)
+    args = [e.args or NO_ARGS for e in events]  # the general decoder leaves args None when there are none
+    cats = _factorized([e.cat for e in events])
+    unknown = {c for c in cats[1] if canonical_category(c) not in KNOWN_CATEGORIES}
+    name = [e.name for e in events]
+    names = _factorized(name)
+    tids = _factorized([e.tid for e in events], mixed=True)
+    comm_name = np.fromiter((n.startswith(HOST_COMM_PREFIXES) or COLLECTIVE_OP.search(n) is not None
+                             for n in names[1]), dtype=bool, count=len(names[1]))
+    has_collective = pa.array([a.collective for a in args], type=pa.string()).is_valid()
+    comm_rows = np.flatnonzero(comm_name[names[0]] | has_collective.to_numpy(zero_copy_only=False))
+    return {
+        "ts": _floats_of(events, "ts"), "dur": _floats_of(events, "dur"),
+        "cat": cats, "name": names,
+        "pid": _factorized([e.pid for e in events], mixed=True), "tid": tids, "tid_num": _ids(tids[1])[tids[0]],
+        "correlation": _ids([a.correlation for a in args]), "stream": _ids([a.stream for a in args]),
+        "external_id": _ids([a.external_id if a.external_id is not None else a.external_id_old for a in args]),
+        "comm_rows": comm_rows, "comm_args": [args[i] for i in comm_rows], "comm_names": [name[i] for i in comm_rows],
+        "left_ts": _floats_of(left, "ts"), "left_dur": _floats_of(left, "dur"),
+        "shapes": shapes,
+        "device_arg_cats": {canonical_category(e.cat) for e in events if e.cat in unknown and e.args is not None
+                            and e.args.device is not None} if unknown else set(),
+    }
+
+
+def _shapes_recorded(events: list) -> bool | None:
+    """Whether the first CPU ops of a chunk carry ``Input Dims`` (``record_shapes=True``); None without CPU ops."""
+    ops = list(itertools.islice((e for e in events if canonical_category(e.cat) == "cpu_op"), _SHAPE_PROBE_OPS))
+    if not ops:
+        return None
+    return any(e.args is not None and len(e.args.input_dims) > 0 for e in ops)
+
+
+def _floats_of(events: list, attr: str) -> np.ndarray:
+    """Field ``attr`` of every event, int or float, as float64; None -> NaN (as ``np.array(..., dtype=float)``)."""
+    get = operator.attrgetter(attr)
+    try:
+        return np.fromiter(map(get, events), dtype=np.float64, count=len(events))
+    except TypeError:  # None among them
+        return np.array([np.nan if v is None else v for v in map(get, events)], dtype=np.float64)
+
+
+def _joined(parts: list[dict], key: str, dtype) -> np.ndarray:
+    return np.concatenate([p[key] for p in parts]) if parts else np.empty(0, dtype=dtype)
+
+
+def _factorized(values: list, mixed: bool = False) -> tuple[np.ndarray, list]:
+    """(codes, distinct values): every value, None included, has a code. ``mixed``: expect ints and strings."""
+    try:  # one type (all strings, or all integers): Arrow's hash table
+        if mixed:
+            raise pa.ArrowTypeError("pid and tid mix numbers and names in Kineto traces")
+        encoded = pa.array(values).dictionary_encode(null_encoding="encode")
+        return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        distinct = list(dict.fromkeys(values))
+        code_of = {v: i for i, v in enumerate(distinct)}
+        return np.fromiter(map(code_of.__getitem__, values), dtype=np.int64, count=len(values)), distinct
+
+
+def _categorical(pieces: list[tuple[np.ndarray, list]], relabel=None) -> pd.Categorical:
+    """``pd.Categorical`` of the relabelled values of all pieces; ``relabel`` is called once per distinct value."""
+    labels = [[relabel(u) for u in uniques] if relabel else uniques for _, uniques in pieces]
+    categories = sorted({label for piece in labels for label in piece})
+    code_of = {c: i for i, c in enumerate(categories)}
+    codes = [np.array([code_of[label] for label in piece], dtype=np.int64)[c] for (c, _), piece in zip(pieces, labels)]
+    return pd.Categorical.from_codes(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64), categories)
+
+
+def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:
+    picked = [args[i] or Args() for i in rows]
+    tensors = [_first_tensor_nelems(decode_raw(a.input_dims, list), decode_raw(a.input_type, list)) for a in picked]
+    return pd.DataFrame({
+        "rank": np.full(len(rows), rank, dtype=np.int32),
+        "row": np.asarray(rows, dtype=np.int64),  # the comm call's row in this rank's events table
+        "collective": [a.collective for a in picked],  # from args only; None when the args do not say
+        "pg": [_pg(a) for a in picked],
+        "seq": _floats([a.seq for a in picked]),
+        "in_nelems": _floats([a.in_nelems for a in picked]),
+        "out_nelems": _floats([a.out_nelems for a in picked]),
+        "dtype": [a.dtype for a in picked],
+        "group_size": _floats([a.group_size for a in picked]),
+        "input_nelems": _floats([t[0] for t in tensors]),
+        "input_type": [t[1] for t in tensors],
+        "second_nelems": _floats([t[2] for t in tensors]),
+    })
+
+
+def _pg(a: Args):
+    value = a.pg_name if a.pg_name is not None else a.pg_id
+    return None if value is None else str(value)
+
+
+# "Input type" of inputs that are not tensors (ints, strings, process groups), and of lists of tensors.
+_NOT_TENSOR = ("", "Scalar", "ScalarList", "ScalarType", "None", "String")
+_TENSOR_LIST = ("TensorList", "GenericList")
+
+
+def _first_tensor_nelems(dims, types) -> tuple[float | None, str | None, float | None]:
+    """From ``Input Dims``/``Input type``: (elements, type) of the first input tensor, and the elements of the input
+    right after it when that is a plain tensor too (c10d's ``*_base_`` ops take output, input); None where unknown.
+
+    Leading inputs that are not tensors are passed over (vLLM's ``_C_custom_ar::all_reduce`` takes a handle first);
+    a list of tensors ends the search, since its tensors' sizes are not recorded. A 0-dim tensor (``[]`` with a
+    dtype, as in ``dist.all_reduce(loss)``) has one element.
+    """
+    if not dims or not types:
+        return None, None, None
+    for i, (shape, kind) in enumerate(zip(dims, types)):
+        if not isinstance(kind, str) or kind in _TENSOR_LIST:
+            return None, None, None
+        if kind in _NOT_TENSOR:
+            continue
+        nelems = _nelems(shape)
+        if nelems is None:
+            return None, None, None
+        after = i + 1 < min(len(dims), len(types)) and isinstance(types[i + 1], str) and \
+            types[i + 1] not in _NOT_TENSOR + _TENSOR_LIST
+        return nelems, kind, _nelems(dims[i + 1]) if after else None
+    return None, None, None
+
+
+def _nelems(shape) -> float | None:
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        return None
+    return float(np.prod(shape, dtype=np.float64))
+
+
+def _to_ns(values) -> np.ndarray:
+    """Microseconds (int or float with ns decimals) -> int64 ns, exact: the integer and fraction parts are split."""
+    us = np.array(values, dtype=np.float64)  # None becomes NaN
+    missing = np.isnan(us) | (np.abs(us) > _MAX_US)  # beyond int64 ns: an overflowed value, not a time
+    us[missing] = 0.0
+    whole = np.floor(us)
+    ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+    ns[missing] = -1
+    return ns
+
+
+def _ids(values) -> np.ndarray:
+    """Integer ids as int64; -1 where a value is missing or not an integer."""
+    try:
+        return pa.array(values, type=pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False, writable=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # strings among the ids
+        return _ids_of_mixed(values)
+
+
+def _ids_of_mixed(values) -> np.ndarray:
+    out = np.full(len(values), -1, dtype=np.int64)
+    for_numeric = [i for i, v in enumerate(values) if isinstance(v, int)]
+    if len(for_numeric) == len(values):
+        return np.asarray(values, dtype=np.int64)
+    out[for_numeric] = [values[i] for i in for_numeric]
+    return out
+
+
+def _floats(values: list) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)

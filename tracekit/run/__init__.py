@@ -1,0 +1,8 @@
+"""Stage 4, run: every rank's results -> run-level tables.
+
+In: the ``RankResult``s of ``tracekit.rank``. Out: clock offsets between hosts, each collective matched across
+ranks (who waits for whom, stragglers, imbalance, mismatches), and the run's dependency graph.
+
+Open first: ``crossrank.py``. ``clocks.py`` estimates each host's clock offset from the collectives it shares,
+``rungraph.py`` joins the ranks' graphs with the collectives' cross-rank edges.
+"""
