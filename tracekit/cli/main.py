@@ -20,6 +20,7 @@ from tracekit import fmt
 from tracekit.api import summarize
 from tracekit.render.compare import compare
 from tracekit.errors import TracekitError
+from tracekit.cli.view import add_view
 from tracekit.cli.options import (add_json_options, add_scale_options, add_window_option, as_json, fail,
                                   scale_options)
 
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tracekit", description="Where the step time of a PyTorch DDP job goes.")
     parser.add_argument("--version", action="version", version=f"tracekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_summarize, _add_compare, _add_report, _add_cache, _add_whatif, _add_export):
+    for add in (_add_summarize, _add_compare, _add_report, _add_cache, _add_whatif, _add_export, add_view):
         add(commands)
     return parser
 
