@@ -1,14 +1,15 @@
-"""What the dependency graph, the critical path and the what-if replays add to ``summarize``, measured side by side.
+"""What the predictions cost ``summarize``, and what ``tracekit.whatif`` costs, measured side by side in one run.
 
-On the 8 x 54 MB set of ``benchmarks/scale.py`` (a real GPU trace repeated, copied to 8 ranks), in one process and
-with the cache off, alternating runs, first in wall time with the worker pool, then in CPU time in one process
-(workers=1: what other load on a shared machine disturbs least):
-  alone      ``summarize`` with the graph switched off (the per-rank ``rank_graph`` and the run-level step patched
-             to do nothing; worker processes are forked, so they see the patch)
-  with graph ``summarize`` as shipped: per-rank graphs, the run graph, critical paths, the replays the findings quote
-  + whatif   that, then ``tracekit.whatif`` with every scenario
+On 8 ranks of a real trace repeated to ``--mb`` MB each (``benchmarks/tracesets.py``), cache off, alternating runs:
+  without    ``summarize`` with ``predict.scenarios.with_predictions`` stubbed out (no run graph, critical path or
+             the replays the findings quote; the per-rank graphs are still built in the workers)
+  with       ``summarize`` as shipped
+  whatif     ``tracekit.whatif`` of the Summary, all six scenarios
+  replay     one replay of the run graph: the linear pass (``replay.simulate``) against the fixed-point iteration it
+             replaced (``tests/replay_reference.py``), on the same model
+Targets (issue 21): with / without <= 1.2, whatif / with < 0.5.
 
-    python benchmarks/whatif_cost.py [--work /tmp/tk-bench] [--repeat 3] [--mb 54]
+    python benchmarks/whatif_cost.py [--source DIR] [--work /tmp/tk-bench] [--repeat 3] [--mb 54] [--workers N]
 """
 
 from __future__ import annotations
@@ -19,67 +20,67 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
 from tracesets import write_rank_set  # noqa: E402
 
 import tracekit  # noqa: E402
-from tracekit.rank import analyze as tracekit_rank  # noqa: E402
+from tests.replay_reference import fixed_point  # noqa: E402
+from tracekit.predict import replay  # noqa: E402
 from tracekit.predict import scenarios as tracekit_predict  # noqa: E402
 
-SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "ns_resolution_1rank"
+SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "nccl_a100_2rank"
 
 
-def _timed(fn, clock=time.perf_counter) -> tuple[float, object]:
-    t0 = clock()
+def _timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
     out = fn()
-    return clock() - t0, out
+    return time.perf_counter() - t0, out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, default=SOURCE, help="folder or file of the real trace to repeat")
     parser.add_argument("--work", default="/tmp/tk-bench", help="folder for the generated traces (reused)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--mb", type=float, default=54.0)
+    parser.add_argument("--workers", type=int, default=None, help="summarize's workers (default: one per core)")
     args = parser.parse_args()
-    folder = Path(args.work) / f"ranks8-{args.mb:g}mb"
-    write_rank_set(SOURCE, folder, 8, args.mb)
-    real_graph, real_predictions = tracekit_rank.rank_graph, tracekit_predict.with_predictions
-    alone, shipped, full = [], [], []
-    # Wall time with the default worker pool; then CPU time in this one process (workers=1), which other load on a
-    # shared machine disturbs far less.
-    modes = [("wall, worker pool", time.perf_counter, None)] * args.repeat + [
-        ("CPU, one process", time.process_time, 1)] * args.repeat
-    for i, (mode, clock, workers) in enumerate(modes):
-        if i == args.repeat:
-            _report(alone, shipped, full, "wall time, worker pool", args, summary)
-            alone, shipped, full = [], [], []
-        tracekit_rank.rank_graph = lambda events, collectives: pd.DataFrame()
+    folder = Path(args.work) / f"ranks8-{args.source.name}-{args.mb:g}mb"
+    write_rank_set(args.source, folder, 8, args.mb)
+    real = tracekit_predict.with_predictions
+    without, with_, whatif = [], [], []
+    for i in range(args.repeat):
         tracekit_predict.with_predictions = lambda summary, graphs, shift: summary
         try:
-            t_alone, _ = _timed(lambda: tracekit.summarize(folder, cache=False, workers=workers), clock)
+            t, _ = _timed(lambda: tracekit.summarize(folder, cache=False, workers=args.workers))
         finally:
-            tracekit_rank.rank_graph, tracekit_predict.with_predictions = real_graph, real_predictions
-        t_shipped, summary = _timed(lambda: tracekit.summarize(folder, cache=False, workers=workers), clock)
-        t_whatif, table = _timed(lambda: tracekit.whatif(summary), clock)
-        alone.append(t_alone)
-        shipped.append(t_shipped)
-        full.append(t_shipped + t_whatif)
-        print(f"{mode} run {i % args.repeat + 1}: alone {t_alone:.2f} s | with graph {t_shipped:.2f} s | "
-              f"+ whatif (6 scenarios) {t_whatif:.2f} s", flush=True)
-    _report(alone, shipped, full, "CPU time, one process", args, summary)
+            tracekit_predict.with_predictions = real
+        without.append(t)
+        t, summary = _timed(lambda: tracekit.summarize(folder, cache=False, workers=args.workers))
+        with_.append(t)
+        t, table = _timed(lambda: tracekit.whatif(summary))
+        whatif.append(t)
+        print(f"run {i + 1}: without {without[-1]:.2f} s | with {with_[-1]:.2f} s | whatif {whatif[-1]:.2f} s",
+              flush=True)
+    model = replay.measure(summary.graph)
+    linear = min(_timed(lambda: replay.simulate(model))[0] for _ in range(args.repeat))
+    iterated, reference = _timed(lambda: fixed_point(model))
+    new = replay.simulate(model)
+    assert reference is not None, "the fixed-point iteration did not settle"
+    gap = max(float(np.max(np.abs(np.nan_to_num(a - b, posinf=0, neginf=0)))) for a, b in zip(new, reference))
+    a, s, w = (statistics.median(x) for x in (without, with_, whatif))
+    print(f"\n8 ranks x {args.mb:g} MB of {args.source.name}: {len(summary.graph):,} graph nodes, "
+          f"{summary.collectives.shape[0]:,} collective rows; medians of {args.repeat}")
+    print(f"  summarize without predictions  {a:6.2f} s")
+    print(f"  summarize with predictions     {s:6.2f} s   with / without = {s / a:.2f}   (target <= 1.2)")
+    print(f"  tracekit.whatif, 6 scenarios   {w:6.2f} s   whatif / with  = {w / s:.2f}   (target < 0.5)")
+    print(f"  one replay: linear pass {linear * 1e3:.1f} ms, fixed-point iteration {iterated * 1e3:.1f} ms "
+          f"(x{iterated / linear:.1f}); largest difference {gap:g} ns")
     print(table.to_string(index=False))
-
-
-def _report(alone, shipped, full, what, args, summary) -> None:
-    a, s, f = (statistics.median(x) for x in (alone, shipped, full))
-    print(f"\n8 ranks x {args.mb:g} MB, {len(summary.graph)} graph nodes, {what}, medians of {args.repeat}:")
-    print(f"  summarize alone            {a:6.2f} s")
-    print(f"  summarize with graph       {s:6.2f} s   extra {100 * (s - a) / a:+5.1f}%   (graph, critical paths, "
-          "the replays the findings quote)")
-    print(f"  + whatif, all scenarios    {f:6.2f} s   extra {100 * (f - a) / a:+5.1f}%\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import threading
+
 import msgspec
 import numpy as np
 import pandas as pd
@@ -15,6 +17,7 @@ from tracekit.run import crossrank
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
 from tracekit.events import metrics
+from tracekit.predict import replay
 from tracekit.predict import scenarios as predict
 from tracekit.render.compare import Comparison
 from tracekit.render.compare import compare as compare_summaries
@@ -56,8 +59,13 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
     files = find_trace_files(trace_dir)
     default_rank = 0 if len(files) == 1 else None
     one_file = files == [trace_dir] if is_url(trace_dir) else Path(trace_dir).is_file()
-    results, skipped = [], []
+    results, skipped, warming = [], [], None
     for file, outcome in zip(files, map_ranks(files, config, default_rank, options)):
+        if warming is None and len(files) > 1:
+            # The replay's compiled pass loads while the other ranks are read. Started once the first rank is back,
+            # so that the worker pool was forked from a single-threaded process (engine._context).
+            warming = threading.Thread(target=replay.warm_up, daemon=True, name="tracekit-replay-warm-up")
+            warming.start()
         if isinstance(outcome, NotATraceError):
             if one_file:
                 raise outcome

@@ -12,9 +12,9 @@ drained. Both come from the measured times (``measure``), so replaying them unch
 scenario changes some of them and the replay finds where everything else moves. ``anchor`` pins the first node of a
 lane that nothing else starts to its measured start.
 
-The simulation is exact and vectorised: the rules of one lane are a max-plus recurrence solved with a cumulative
-sum and a cumulative maximum, and lanes are re-solved until no time changes (one round per cross-lane hop on the
-longest dependency chain).
+The rules make a directed acyclic graph of times (each node's start and end, and each collective's latest arrival),
+so the replay is a longest-path pass over it in topological order: linear in nodes plus edges, one visit each
+(``tracekit.predict.longest``, compiled with numba). A cycle, which a correctly built graph cannot have, is an error.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import pandas as pd
 
 from tracekit.errors import TracekitError
 
-MAX_ROUNDS = 100_000
 _INF = np.inf
 
 
@@ -108,63 +107,47 @@ def simulate(model: Model, delay: np.ndarray | None = None, tail: np.ndarray | N
     pe = model.pe if pe is None else pe
     dr = model.dr if dr is None else dr
     group = model.group if group is None else group
-    n = len(delay)
-    start, end = np.full(n, -_INF), np.full(n, -_INF)
-    # Sparse inputs: each kind of edge touches only the nodes that have one.
-    anchored = np.flatnonzero(model.first & (ps < 0) & (pe < 0))  # nothing else starts these: measured start
-    by_ps, by_pe, by_dr = np.flatnonzero(ps >= 0), np.flatnonzero(pe >= 0), np.flatnonzero(dr >= 0)
-    member = np.flatnonzero(group >= 0)
-    own = delay + tail
-    total = _segmented_cumsum(own, model.lane_bounds)
-    for _ in range(MAX_ROUNDS):
-        ext = _prev(end, model.first)
-        ext[anchored] = np.maximum(ext[anchored], model.start[anchored])
-        ext[by_ps] = np.maximum(ext[by_ps], start[ps[by_ps]])
-        ext[by_pe] = np.maximum(ext[by_pe], end[pe[by_pe]])
-        cross = np.full(n, -_INF)
-        if len(member):
-            latest = np.full(model.n_groups, -_INF)
-            np.maximum.at(latest, group[member], start[member])
-            cross[member] = latest[group[member]]
-        cross[by_dr] = np.maximum(cross[by_dr], end[dr[by_dr]])
-        # end[i] = max(end[i-1] + delay + tail, inputs + delay + tail, cross + tail): a running maximum per lane.
-        reach = np.maximum(ext + own, cross + tail) - total
-        new_end = total + _segmented_cummax(reach, model.lane_bounds)
-        new_start = np.maximum(_prev(new_end, model.first), ext) + delay
-        if np.array_equal(new_end, end) and np.array_equal(new_start, start):
-            return start, end
-        start, end = new_start, new_end
-    raise ReplayError(f"the dependency graph did not settle in {MAX_ROUNDS} rounds: it has a cycle")
+    from tracekit.predict.longest import longest_paths  # numba: imported on first use, not with tracekit
+
+    anchor = np.where(model.first & (ps < 0) & (pe < 0), model.start, -_INF)  # nothing else starts these
+    ids = (np.ascontiguousarray(a, dtype=np.int64) for a in (ps, pe, dr, group))  # one compiled signature
+    times = (np.ascontiguousarray(a, dtype=np.float64) for a in (anchor, delay, tail))
+    start, end, complete = longest_paths(np.ascontiguousarray(model.first, dtype=np.bool_), *ids, model.n_groups,
+                                         *times)
+    if not complete:
+        raise ReplayError("the dependency graph has a cycle: its nodes cannot be replayed in any order")
+    return start, end
 
 
-def _segmented_cumsum(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    total = np.cumsum(values)
-    before = np.concatenate([[0.0], total])[bounds[:-1]]
-    return total - np.repeat(before, np.diff(bounds))
-
-
-def _segmented_cummax(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    out = np.empty_like(values)
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # one call per lane, not per event
-        out[a:b] = np.maximum.accumulate(values[a:b])
-    return out
+def warm_up() -> None:
+    """Import and load the compiled pass (about 0.6 s the first time in a process: numba and its disk cache), so a
+    caller can do it while it waits for other work."""
+    tiny = measure(pd.DataFrame({"lane": [0], "start_ns": [0.0], "end_ns": [1.0], "ps": [-1], "pe": [-1], "dr": [-1],
+                                 "group": [-1]}))
+    simulate(tiny)
 
 
 def step_times(graph: pd.DataFrame, model: Model, start: np.ndarray, end: np.ndarray,
-               window_steps: pd.DataFrame) -> pd.DataFrame:
+               window_steps: pd.DataFrame, measured: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank and window step, its time (us) from one step boundary to the next, at (``start``, ``end``).
 
     The boundary before step k is its ``ProfilerStep`` marker, unless the device is then further behind on the
     work of earlier steps than it was in the trace: the host may run ahead of the device by as much as it did
     (a queue of launches that deep), no more. So the baseline's boundaries are the markers, and a scenario in
-    which the host gets faster still waits for the device. (On CPU-only ranks the marker's thread is the device.)"""
+    which the host gets faster still waits for the device. (On CPU-only ranks the marker's thread is the device.)
+    ``measured``: ``measured_boundaries(graph, model)``, for a caller that replays several scenarios."""
     now = _boundaries(graph, start, end)
-    then = _boundaries(graph, model.start, model.end)
+    then = measured_boundaries(graph, model) if measured is None else measured
     ahead = np.maximum(then["drained"].to_numpy() - then["t"].to_numpy(), 0)
     frame = now.assign(t=np.fmax(now["t"].to_numpy(), now["drained"].to_numpy() - np.nan_to_num(ahead)))
     frame["next_t"] = frame.groupby("rank")["t"].shift(-1)
     frame = frame.merge(window_steps[["rank", "step"]], on=["rank", "step"])
     return frame.assign(step_us=(frame["next_t"] - frame["t"]) / 1e3).dropna(subset=["step_us"])[["rank", "step", "step_us"]]
+
+
+def measured_boundaries(graph: pd.DataFrame, model: Model) -> pd.DataFrame:
+    """The step boundaries of the measured run, which every scenario's ``step_times`` compares with."""
+    return _boundaries(graph, model.start, model.end)
 
 
 def _boundaries(graph: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:

@@ -66,17 +66,19 @@ def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None 
 
 
 def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCENARIOS,
-            compute_scale: dict[int, float] | None = None) -> pd.DataFrame:
-    """``whatif`` on a run graph and the window's (rank, step) pairs."""
+                  compute_scale: dict[int, float] | None = None, model: replay.Model | None = None) -> pd.DataFrame:
+    """``whatif`` on a run graph and the window's (rank, step) pairs; ``model``: the graph's ``replay.measure``,
+    when the caller has it already."""
     names = [scenarios] if isinstance(scenarios, str) else list(scenarios)
     for name in names:
         _check(name)
     if graph.empty:
         return pd.DataFrame({"scenario": names, "step_time_us": np.nan, "speedup": np.nan, "saving_us": np.nan,
                              "saving_pct": np.nan})
-    model = replay.measure(graph)
-    base = _step_us(graph, model, "baseline", window_steps, compute_scale or {})
-    times = [base if name == "baseline" else _step_us(graph, model, name, window_steps, compute_scale or {})
+    model = replay.measure(graph) if model is None else model
+    shared = _Shared(cat=_cats(graph), measured=replay.measured_boundaries(graph, model))  # once, not per scenario
+    base = _step_us(graph, model, "baseline", window_steps, compute_scale or {}, shared)
+    times = [base if name == "baseline" else _step_us(graph, model, name, window_steps, compute_scale or {}, shared)
              for name in names]
     table = pd.DataFrame({"scenario": names, "step_time_us": times})
     table["speedup"] = base / table["step_time_us"]
@@ -104,10 +106,18 @@ def _window(steps: pd.DataFrame) -> pd.DataFrame:
     return steps.loc[steps["in_window"].astype(bool), ["rank", "step"]]
 
 
-def _step_us(graph, model, name, window_steps, compute_scale) -> float:
+@dataclasses.dataclass(frozen=True)
+class _Shared:
+    """What every scenario of one graph reads: the node categories and the measured step boundaries."""
+
+    cat: np.ndarray
+    measured: pd.DataFrame
+
+
+def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -> float:
     # A delay is host time (``delay - busy``) plus, on CPU-only ranks, enclosing ops' own time (``busy``).
     host, busy, tail, ps = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps
-    cat = _cats(graph)
+    cat = shared.cat
     rank = graph["rank"].to_numpy()
     comm = cat == "comm"
     match = _COMM_X.match(name)
@@ -119,9 +129,9 @@ def _step_us(graph, model, name, window_steps, compute_scale) -> float:
         data = graph["in_data"].to_numpy(dtype=bool)
         host, busy, tail = np.where(data, 0.0, host), np.where(data, 0.0, busy), np.where(data, 0.0, tail)
     elif name == "no_host_gaps":
-        host, tail, ps = _no_host_gaps(graph, model, host, tail)
+        host, tail, ps = _no_host_gaps(graph, model, host, tail, cat)
     elif name == "no_straggler":
-        host_factor, tail_factor, busy_factor = straggler_factors(graph, model)
+        host_factor, tail_factor, busy_factor = straggler_factors(graph, model, cat)
         host = np.where(host > 0, host * host_factor, host)
         tail, busy = tail * tail_factor, busy * busy_factor
     for r, f in compute_scale.items():
@@ -129,11 +139,10 @@ def _step_us(graph, model, name, window_steps, compute_scale) -> float:
         tail = np.where(mine & np.isin(cat, ("compute", "memory")), tail * f, tail)
         busy = np.where(mine, busy * f, busy)
     start, end = replay.simulate(model, delay=host + busy, tail=tail, ps=ps)
-    return replay.mean_step_us(replay.step_times(graph, model, start, end, window_steps))
+    return replay.mean_step_us(replay.step_times(graph, model, start, end, window_steps, shared.measured))
 
 
-def _no_host_gaps(graph, model, host, tail):
-    cat = _cats(graph)
+def _no_host_gaps(graph, model, host, tail, cat):
     device_rank = np.isin(graph["rank"].to_numpy(), graph.loc[(model.ps >= 0) & np.isin(cat, ("compute", "memory")), "rank"])
     device_node = np.isin(cat, ("compute", "memory", "comm")) & device_rank | (cat == "comm")
     launched = device_node & (model.ps >= 0) & device_rank
@@ -150,7 +159,8 @@ def _no_host_gaps(graph, model, host, tail):
     return np.where(cpu_host & (host > 0), 0.0, host), tail, ps
 
 
-def straggler_factors(graph: pd.DataFrame, model: replay.Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def straggler_factors(graph: pd.DataFrame, model: replay.Model,
+                      cat: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node: the factors the host part of its delay, its own time and the busy part of its delay (enclosing
     ops' own time) are scaled by in ``no_straggler`` (1 for most).
 
@@ -166,7 +176,7 @@ def straggler_factors(graph: pd.DataFrame, model: replay.Model) -> tuple[np.ndar
     arrivals = pd.DataFrame({"rank": rank[member], "g": model.group[member], "t": model.start[member]})
     arrivals = arrivals.sort_values(["g", "t"]).drop_duplicates(["rank", "g"]).sort_values(["rank", "t"],
                                                                                            ignore_index=True)
-    cat = _cats(graph)
+    cat = _cats(graph) if cat is None else cat
     keep = np.flatnonzero(cat != "comm")
     computing = np.isin(cat[keep], ("compute", "memory")).astype(int)
     n = len(keep)
@@ -194,7 +204,8 @@ def straggler_factors(graph: pd.DataFrame, model: replay.Model) -> tuple[np.ndar
     return host_factor, tail_factor, busy_factor
 
 
-def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.DataFrame) -> tuple:
+def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.DataFrame,
+                      model: replay.Model | None = None) -> tuple:
     """The findings, each whose fix a scenario models quoting the replay's predicted saving in its message and
     evidence (``predicted_step_us``, ``predicted_saving_us``, ``scenario``). A saving under ``NO_GAIN_PCT`` of the
     step is worded as no measurable gain; the severity stays what was measured (the replay models the host's pace
@@ -202,7 +213,7 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
     wanted = sorted({_FIX[f.kind][0] for f in findings if f.kind in _FIX})
     if not wanted or graph.empty:
         return findings
-    table = predict_graph(graph, window_steps, ["baseline", *wanted]).set_index("scenario")
+    table = predict_graph(graph, window_steps, ["baseline", *wanted], model=model).set_index("scenario")
     out = []
     for f in findings:
         if f.kind not in _FIX or not np.isfinite(table.loc[_FIX[f.kind][0], "step_time_us"]):
@@ -234,6 +245,7 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int])
     window_steps = _window(summary.steps)
     if graph.empty:
         return dataclasses.replace(summary, graph=graph)
-    path, events = critical_paths(graph, replay.measure(graph), window_steps)
+    model = replay.measure(graph)  # one model for the critical path and every prediction the findings quote
+    path, events = critical_paths(graph, model, window_steps)
     return dataclasses.replace(summary, graph=graph, critical_path=path, critical_path_events=events,
-                               findings=annotate_findings(summary.findings, graph, window_steps))
+                               findings=annotate_findings(summary.findings, graph, window_steps, model))
