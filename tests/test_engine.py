@@ -228,3 +228,47 @@ def test_a_trace_without_events_reads_the_same_whole_and_chunked(top, tmp_path):
 def test_read_options_are_validated(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         ReadOptions(**bad)
+
+
+def test_progress_names_the_stages_after_the_ranks():
+    class Recorder:
+        def __init__(self):
+            self.seen = []
+
+        def __call__(self, done, total):
+            self.seen.append(("ranks", done, total))
+
+        def stage(self, name):
+            self.seen.append(name)
+
+    recorder = Recorder()
+    tracekit.summarize(GLOO_RUN, workers=1, cache=False, progress=recorder)
+    ticks, stages = recorder.seen[:-3], recorder.seen[-3:]
+    total = ticks[0][2]
+    assert ticks == [("ranks", i, total) for i in range(1, total + 1)]
+    assert stages == ["joining ranks", "replaying", "done"]
+
+
+def test_the_cli_progress_line_shows_each_stage_on_a_terminal():
+    import io
+
+    from tracekit.cli.options import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    bar = ProgressBar(out)
+    for done in range(1, 9):
+        bar(done, 8)
+    for name in ("joining ranks", "replaying", "done"):
+        bar.stage(name)
+    text = out.getvalue()
+    assert "tracekit: joining ranks ..." in text and "tracekit: replaying ..." in text
+    assert text.endswith("\r\x1b[K")  # cleared at the end: the report starts on a clean line
+    quiet = Terminal()
+    small = ProgressBar(quiet)
+    small(1, 2)
+    small.stage("replaying")
+    assert quiet.getvalue() == ""  # a run of few ranks shows nothing

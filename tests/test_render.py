@@ -1,11 +1,14 @@
 """The text report shows the Summary's numbers in the stated units (ms, MB, GB/s, % of span), computed by hand here."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 import tracekit
 from tracedata import kernel, step, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 AR = {"Collective name": "allreduce", "In msg nelems": 250_000, "Out msg nelems": 250_000, "dtype": "Float",
@@ -61,3 +64,33 @@ def test_per_op_line_in_ms_mb_and_gbps(summary):
 def test_json_carries_the_same_numbers(summary):
     doc = json.loads(summary.to_json())
     assert doc["ranks"][0]["span_us"] == 3750 and doc["ranks"][0]["step_time_us"] == 2000
+
+
+def test_the_json_leaves_out_the_event_tables_unless_asked():
+    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False, workers=1)
+    lean = json.loads(s.to_json())
+    assert not {"gaps", "critical_path_events", "graph"} & set(lean)
+    assert lean["tables_left_out"] == ["gaps", "critical_path_events", "graph"]
+    assert len(lean["collectives"]) == len(s.collectives) and len(lean["steps"]) == len(s.steps)
+    trace_bytes = sum(p.stat().st_size for p in (ROOT / "sample_traces" / "resnet-gloo-2rank").glob("*.gz"))
+    assert len(s.to_json()) < 0.1 * trace_bytes  # the issue's bound: well under 10% of the trace
+    some = json.loads(s.to_json(tables=["gaps"]))
+    assert len(some["gaps"]) == len(s.gaps) and some["tables_left_out"] == ["critical_path_events", "graph"]
+    every = json.loads(s.to_json(tables="all"))
+    assert len(every["graph"]) == len(s.graph) and len(every["critical_path_events"]) == len(s.critical_path_events)
+    assert "tables_left_out" not in every
+    with pytest.raises(ValueError, match="no such table: gapz"):
+        s.to_dict(tables=["gapz"])
+
+
+def test_the_cli_json_takes_tables(capsys):
+    from tracekit.cli.main import main
+
+    run = str(ROOT / "sample_traces" / "resnet-gloo-2rank")
+    assert main(["summarize", run, "--json", "--tables", "gaps,critical_path_events", "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gaps"] and doc["critical_path_events"] and doc["tables_left_out"] == ["graph"]
+    assert main(["summarize", run, "--json", "--all-tables", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["graph"]
+    assert main(["summarize", run, "--json", "--tables", "nope"]) == 2
+    assert "no such table: nope" in capsys.readouterr().err

@@ -45,7 +45,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
       client: for ``engine="dask"``: a ``distributed.Client`` or a scheduler address (``"tcp://host:8786"``).
       cache: keep per-rank results in a Parquet cache, so a second summary of an unchanged run is fast.
       cache_dir: the cache folder (default ``~/.cache/tracekit``); nothing is written in the trace folder.
-      progress: called as ``progress(done, total)`` each time a rank is finished.
+      progress: called as ``progress(done, total)`` each time a rank is finished; if it also has a ``stage(name)``
+        method, that is called as each later stage begins ("joining ranks", then "replaying") and with "done".
     The result is the same whatever the engine, the workers and the cache.
 
     Example:
@@ -74,7 +75,12 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
             results.append(outcome)
     if not results:
         raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped))
-    return combine(results, skipped, config, source=str(trace_dir), workload_run=read_run_json(trace_dir))
+    stage = getattr(progress, "stage", None)
+    summary = combine(results, skipped, config, source=str(trace_dir), workload_run=read_run_json(trace_dir),
+                      stage=stage)
+    if stage is not None:
+        stage("done")
+    return summary
 
 
 def whatif(run: Summary | str | Path, scenarios=predict.SCENARIOS, compute_scale: dict[int, float] | None = None,
@@ -111,9 +117,12 @@ def read_run_json(trace_dir: str | Path) -> WorkloadRun | None:
 
 
 def combine(results: list[RankResult], skipped, config: Config, source: str = "",
-            workload_run: WorkloadRun | None = None) -> Summary:
+            workload_run: WorkloadRun | None = None, stage: Callable[[str], None] | None = None) -> Summary:
     """Join per-rank results into the run's Summary: match collectives across ranks, correct clock offsets
-    between hosts, and find stragglers. Two files with the same rank are refused."""
+    between hosts, and find stragglers. Two files with the same rank are refused. ``stage(name)`` is told as
+    the cross-rank join and the replay begin."""
+    stage = stage or (lambda name: None)
+    stage("joining ranks")
     check_unique_ranks(r.meta for r in results)
     results = sorted(results, key=lambda r: r.meta.rank)
     steps = pd.concat([r.steps for r in results], ignore_index=True)
@@ -144,6 +153,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run), fsdp, steps),
                    data_quality=_data_quality(results), fsdp=fsdp)
+    stage("replaying")
     return predict.with_predictions(summary, [r.graph for r in results], shift)
 
 

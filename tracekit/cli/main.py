@@ -20,6 +20,7 @@ from tracekit import fmt
 from tracekit.api import summarize
 from tracekit.render.compare import compare
 from tracekit.errors import TracekitError
+from tracekit.summary.model import EVENT_TABLES, wanted_tables
 from tracekit.cli.view import add_view
 from tracekit.cli.options import (add_json_options, add_scale_options, add_window_option, as_json, fail,
                                   scale_options)
@@ -58,14 +59,24 @@ def _add_summarize(commands) -> None:
                               description="Print the per-rank summary of a run, or its JSON.")
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
     add_json_options(cmd, "print the Summary as JSON instead of the text report (NaN as null)")
+    tables = cmd.add_mutually_exclusive_group()
+    tables.add_argument("--tables", metavar="NAME,...", type=lambda v: [t for t in v.split(",") if t],
+                        help="with --json: also the tables that grow with the trace's events "
+                             f"({', '.join(EVENT_TABLES)}), which are left out by default")
+    tables.add_argument("--all-tables", action="store_true", help="with --json: every table")
     add_window_option(cmd)
     add_scale_options(cmd)
     cmd.set_defaults(run=_summarize)
 
 
 def _summarize(args) -> int:
+    tables = "all" if args.all_tables else args.tables
+    try:
+        wanted_tables(tables)  # a misspelt name fails before any work
+    except ValueError as err:
+        raise TracekitError(str(err)) from None
     result = summarize(args.trace_dir, window=args.window, **scale_options(args))
-    sys.stdout.write(as_json(result.to_json(), args.indent) if args.json else str(result))
+    sys.stdout.write(as_json(result.to_json(tables), args.indent) if args.json else str(result))
     return 0
 
 

@@ -62,16 +62,24 @@ def non_negative_int(text: str) -> int:
 
 
 class ProgressBar:
-    """A tqdm bar on ``stream`` for runs of many ranks, shown only on a terminal."""
+    """A tqdm bar on ``stream`` for runs of many ranks, then a line naming each later stage (the cross-rank join,
+    the replay), shown only on a terminal."""
 
     MIN_RANKS = 8
 
     def __init__(self, stream) -> None:
-        self.stream, self.bar = stream, None
+        self.stream, self.bar, self.shown = stream, None, False
+
+    def stage(self, name: str) -> None:
+        """Show the stage on one line that each next stage overwrites; "done" clears it."""
+        if self.shown:
+            self.stream.write("\r\x1b[K" + ("" if name == "done" else f"tracekit: {name} ..."))
+            self.stream.flush()
 
     def __call__(self, done: int, total: int) -> None:
         if total < self.MIN_RANKS or not self.stream.isatty():
             return
+        self.shown = True
         if self.bar is None:
             from tqdm import tqdm
 

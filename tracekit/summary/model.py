@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 import numpy as np
@@ -78,32 +78,51 @@ class Summary:
 
         return rank_totals(self.fsdp, self.steps)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain Python values: tables as lists of records, NaN as None."""
-        return {
-            "run": _plain(self.run.to_dict()),
-            "ranks": _records(self.ranks),
-            "steps": _records(self.steps),
-            "collectives": _records(self.collectives),
-            "gaps": _records(self.gaps),
-            "stragglers": _records(self.stragglers),
-            "imbalance": _records(self.imbalance),
-            "mismatches": _records(self.mismatches),
-            "findings": [_plain(f.to_dict()) for f in self.findings],
-            "critical_path": _records(self.critical_path),
-            "critical_path_events": _records(self.critical_path_events),
-            "data_quality": _records(self.data_quality),
-            "fsdp": _records(self.fsdp),
-        }
+    def to_dict(self, tables: str | Iterable[str] | None = None) -> dict[str, Any]:
+        """Plain Python values: tables as lists of records, NaN as None.
 
-    def to_json(self) -> str:
-        """``to_dict()`` as JSON text (NaN becomes null)."""
-        return msgspec.json.encode(self.to_dict()).decode()
+        ``tables``: None for the default set, every table but those that grow with the trace's events
+        (``EVENT_TABLES``: gaps, critical_path_events, graph), which are listed under ``tables_left_out``;
+        names of event tables to put in as well; or ``"all"``.
+        """
+        wanted = wanted_tables(tables)
+        out: dict[str, Any] = {"run": _plain(self.run.to_dict())}
+        for name in TABLES:
+            if name == "findings":
+                out["findings"] = [_plain(f.to_dict()) for f in self.findings]
+            elif name in wanted:
+                out[name] = _records(getattr(self, name))
+        left_out = [name for name in EVENT_TABLES if name not in wanted]
+        if left_out:
+            out["tables_left_out"] = left_out
+        return out
+
+    def to_json(self, tables: str | Iterable[str] | None = None) -> str:
+        """``to_dict(tables)`` as JSON text (NaN becomes null)."""
+        return msgspec.json.encode(self.to_dict(tables)).decode()
 
     def __str__(self) -> str:
         from tracekit.summary.text import text_report
 
         return text_report(self)
+
+
+# The JSON's tables in order (and where the findings go); those that grow with the trace's events are left out
+# unless asked for: on a real run they are over 90% of the JSON.
+TABLES = ("ranks", "steps", "collectives", "gaps", "stragglers", "imbalance", "mismatches", "findings", "critical_path",
+          "critical_path_events", "data_quality", "fsdp", "graph")
+EVENT_TABLES = ("gaps", "critical_path_events", "graph")
+
+
+def wanted_tables(tables: str | Iterable[str] | None) -> set[str]:
+    """The tables ``to_dict(tables)`` writes; a ValueError names an unknown one."""
+    if tables == "all":
+        return set(TABLES)
+    extra = [] if tables is None else [tables] if isinstance(tables, str) else list(tables)
+    unknown = sorted(set(extra) - set(TABLES))
+    if unknown:
+        raise ValueError(f"no such table: {', '.join(unknown)}; tables: {', '.join(t for t in TABLES if t != 'findings')}")
+    return (set(TABLES) - set(EVENT_TABLES)) | set(extra)
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
