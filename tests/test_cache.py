@@ -223,3 +223,18 @@ def test_a_read_only_cache_still_answers(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "utime", read_only)  # marking the entry used fails, as on a read-only shared cache
     assert store.get(key) is not None
+
+
+def test_the_code_version_covers_every_stage_folder(tmp_path):
+    """The key's source hash reads the whole package: a change in any stage's module misses old entries."""
+    import shutil
+
+    package = tmp_path / "tracekit"
+    shutil.copytree(Path(cache.__file__).resolve().parents[1], package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    before = cache.source_digest(package, "1")
+    metrics = package / "events" / "metrics.py"
+    metrics.write_text(metrics.read_text() + "\n# a changed metric\n")
+    assert cache.source_digest(package, "1") != before
+    assert cache.source_digest(package, "2") != cache.source_digest(package, "1")
+    assert cache.code_version() == cache.source_digest(Path(cache.__file__).resolve().parents[1], tracekit.__version__)

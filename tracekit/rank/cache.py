@@ -58,9 +58,14 @@ def code_version() -> str:
     """The tracekit version and a hash of its source: a changed metric never reads an old entry."""
     from tracekit import __version__
 
-    digest = hashlib.sha256(__version__.encode())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(source.name.encode() + source.read_bytes())
+    return source_digest(Path(__file__).resolve().parents[1], __version__)
+
+
+def source_digest(package: Path, version: str) -> str:
+    """A hash of the version and every module of the package, its stage folders' included."""
+    digest = hashlib.sha256(version.encode())
+    for source in sorted(package.rglob("*.py")):
+        digest.update(source.relative_to(package).as_posix().encode() + source.read_bytes())
     return digest.hexdigest()[:16]
 
 
