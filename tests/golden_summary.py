@@ -1,6 +1,6 @@
 """The Summary of every sample and shared run, in a compact form that a refactor must leave unchanged.
 
-A golden file per run (``tests/golden/<run>.json``) holds ``Summary.to_dict()`` with the event tables gaps and critical_path_events (not the graph), and the run folder's path replaced
+A golden file per run (``tests/golden/<run>.json``) holds ``Summary.to_dict()`` with every event table but the graph (``EVENT_TABLES_KEPT``), and the run folder's path replaced
 by ``<run>``. Small tables and everything else are kept whole; a table over ``WHOLE_ROWS`` rows is kept as its row
 count, column names, per-column sums and a digest of its values rounded to ``DIGITS`` significant digits, so that a
 change names the table and column it touched while the files stay small.
@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 SHARED_HTA = ROOT.parent / "shared" / "traces" / "hta"
 WHOLE_ROWS = 40
+# Every table but the graph (its rows are the critical path's and the replays' input, checked through them).
+EVENT_TABLES_KEPT = ("gaps", "critical_path_events", "ops_by_shape", "op_steps", "memory_timeline")
 DIGITS = 6
 
 
@@ -66,7 +68,7 @@ def _relative(value, run: str):
 
 def compact(summary, run: Path) -> dict:
     """The golden form of one run's Summary."""
-    plain = _relative(summary.to_dict(tables=("gaps", "critical_path_events")), str(run))
+    plain = _relative(summary.to_dict(tables=EVENT_TABLES_KEPT), str(run))
     return {k: (_table(v) if k not in ("run", "findings") else v) for k, v in plain.items()}
 
 

@@ -18,24 +18,32 @@ from tracedata import cpu, kernel, launch, step, write_trace
 GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8"
 
 
+A100 = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_899_345_920}]}
+MEMORY = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": 1, "ts": 6, "s": "t",
+          "args": {"Device Type": 1, "Device Id": 0, "Addr": 1, "Bytes": 64, "Total Allocated": 64,
+                   "Total Reserved": 2 << 20}}
+
+
 def clean_rank(rank=0):
     """Steps [0, 1000), [1000, 2000), [2000, 2100); gemms launched at 10 and 1010 run [100, 500), [1100, 1500);
-    the CPU ops carry Input Dims (record_shapes=True)."""
-    return [step(1, 0, 1000), step(2, 1000, 1000), step(3, 2000, 100),
+    the CPU ops carry Input Dims (record_shapes=True), and one [memory] event (profile_memory=True). Written with
+    ``**A100`` the device is a known one."""
+    return [MEMORY, step(1, 0, 1000), step(2, 1000, 1000), step(3, 2000, 100),
             cpu("aten::mm", 5, 10, **{"Input Dims": [[4, 4], [4, 4]], "Input type": ["float", "float"]}),
             launch(10, 1), kernel(GEMM, 100, 400, correlation=1),
             launch(1010, 2), kernel(GEMM, 1100, 400, correlation=2)]
 
 
 def test_a_clean_run_has_the_table_and_no_notes(tmp_path):
-    write_trace(tmp_path / "rank0.json.gz", clean_rank(0), rank=0)
-    write_trace(tmp_path / "rank1.json.gz", clean_rank(1), rank=1)
+    write_trace(tmp_path / "rank0.json.gz", clean_rank(0), rank=0, **A100)
+    write_trace(tmp_path / "rank1.json.gz", clean_rank(1), rank=1, **A100)
     s = tracekit.summarize(tmp_path, cache=False, workers=1)
     assert list(s.data_quality.columns) == list(schema.DATA_QUALITY_COLUMNS)
     assert s.data_quality.to_dict("records") == [
         {"rank": r, "device_evidence": "device events (kernel)", "device_events": 2, "device_events_absent": False,
          "pre_trace_events": 0, "pre_trace_device_us": 0.0, "dropped_events": 0, "unknown_categories": "",
-         "unknown_category_events": 0, "rank_source": "distributedInfo", "shapes_recorded": True} for r in (0, 1)]
+         "unknown_category_events": 0, "rank_source": "distributedInfo", "shapes_recorded": True,
+         "memory_events": 1, "device_peaks": "NVIDIA A100 SXM4 80GB"} for r in (0, 1)]
     assert quality.notes(s.data_quality) == []
     assert "Data quality" not in str(s) and "Data quality" not in html_report(s)
     assert [row["rank"] for row in json.loads(s.to_json())["data_quality"]] == [0, 1]
@@ -51,7 +59,7 @@ def test_every_fact_is_counted_and_noted(tmp_path):
               launch(10, 1), kernel(GEMM, 100, 400, correlation=1), launch(1010, 2), kernel(GEMM, 1100, 400, correlation=2)]
     events += [cpu("nvtx_push", 30 * i, 5, cat="my_vendor_marker") for i in range(3)]
     write_trace(tmp_path / "trace-rank3.json.gz", events, rank=None)
-    write_trace(tmp_path / "rank-0.json.gz", clean_rank(0), rank=0)
+    write_trace(tmp_path / "rank-0.json.gz", clean_rank(0), rank=0, **A100)
     s = tracekit.summarize(tmp_path, cache=False, workers=1)
     q = s.data_quality.set_index("rank").loc[3]
     assert (q["rank_source"], q["shapes_recorded"], q["dropped_events"]) == ("file name", False, 2)
@@ -65,7 +73,9 @@ def test_every_fact_is_counted_and_noted(tmp_path):
         "rank 3: 2 events dropped for no, negative or impossible durations",
         "rank 3: categories not recognised, read as host events: my_vendor_marker (3)",
         "rank 3: rank taken from the file name (the trace has no distributedInfo.rank)",
-        "rank 3: record_shapes was off: sizes that only Input Dims give are unknown",
+        "rank 3: record_shapes was off: sizes that only Input Dims give are unknown, and so are FLOPs and MFU",
+        "rank 3: no [memory] events (profile_memory was off): the memory tables are empty",
+        "rank 3: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are unknown",
     ]
     text = str(s)
     assert "Data quality" in text and all(note in text for note in quality.notes(s.data_quality))
@@ -82,12 +92,15 @@ def test_shapes_unknown_without_cpu_ops_and_one_file_rank(tmp_path):
     q = s.data_quality.iloc[0]
     assert q["rank_source"] == "only file" and pd.isna(q["shapes_recorded"])
     assert json.loads(s.to_json())["data_quality"][0]["shapes_recorded"] is None
-    assert quality.notes(s.data_quality) == ["rank 0: no rank in the trace or its file name: taken as 0 (the only file)"]
+    assert quality.notes(s.data_quality) == [
+        "rank 0: no rank in the trace or its file name: taken as 0 (the only file)",
+        "rank 0: no [memory] events (profile_memory was off): the memory tables are empty",
+        "rank 0: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are unknown"]
 
 
 def test_same_note_on_several_ranks_is_one_line(tmp_path):
     for r in (0, 1):
-        write_trace(tmp_path / f"worker{r}.json.gz", clean_rank(r), rank=None)
+        write_trace(tmp_path / f"worker{r}.json.gz", clean_rank(r), rank=None, **A100)
     notes = quality.notes(tracekit.summarize(tmp_path, cache=False, workers=1).data_quality)
     assert notes == ["ranks 0, 1: rank taken from the file name (the trace has no distributedInfo.rank)"]
 

@@ -199,10 +199,14 @@ def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked):
     else:  # ops in chunks before the first device event are kept
         assert len(events) - len(lean[1]) <= unread.sum()
 
-    full = rank.reduce_rank(meta, events, comm_args, Config())
+    whole = reader.read_tables(path, default_rank=0, options=options)
+    lean_tables = reader.read_tables(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
+    # The ops table is read before the host-op filter: the same with it or without.
+    pd.testing.assert_frame_equal(whole.ops, lean_tables.ops)
+    full = rank.reduce_rank(meta, events, comm_args, Config(), whole.ops, whole.memory)
     results = [rank.analyze_rank(path, Config(), default_rank=0)]  # reads whole, leaving host ops out
     if chunked:
-        results.append(rank.reduce_rank(*lean, Config()))
+        results.append(rank.reduce_rank(*lean, Config(), lean_tables.ops, lean_tables.memory))
     for result in results:
         for f in dataclasses.fields(full):
             left, right = getattr(full, f.name), getattr(result, f.name)

@@ -37,9 +37,9 @@ def test_imbalance_is_slowest_over_median(uneven):
 
 
 def test_json_has_every_table(uneven):
-    doc = json.loads(uneven.to_json())
+    doc = json.loads(uneven.to_json(tables="all"))
     assert {"run", "ranks", "steps", "collectives", "gaps", "stragglers", "imbalance", "mismatches",
-            "findings"} <= set(doc)
+            "findings", "kernels", "ops", "ops_by_shape", "memory", "memory_top", "graph"} <= set(doc)
     assert doc["imbalance"] == [{"step": s, "ranks": 3, "max_step_us": 1500.0, "median_step_us": 1000.0,
                                  "imbalance": 1.5, "slowest_rank": 2} for s in (1, 2, 3)]
     assert len(doc["steps"]) == 12 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2]

@@ -14,6 +14,7 @@ import pandas as pd
 from tracekit.rank import cache as tracekit_cache
 from tracekit.run import clocks
 from tracekit.run import crossrank
+from tracekit.run import whatruns
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
 from tracekit.events import metrics
@@ -142,6 +143,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
     fsdp = _relative(_shift(pd.concat([r.fsdp for r in results], ignore_index=True), shift), origin_ns)
 
+    steps = whatruns.with_step_flops(steps, results)
     ranks = _rank_table(results, steps, collectives)
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0
     offsets["corrected"] = offsets["rank"].isin(list(shift))
@@ -152,7 +154,8 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run), fsdp, steps),
-                   data_quality=_data_quality(results), fsdp=fsdp)
+                   data_quality=_data_quality(results), fsdp=fsdp,
+                   **whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns)))
     stage("replaying")
     return predict.with_predictions(summary, [r.graph for r in results], shift)
 
@@ -202,7 +205,8 @@ def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.
     table = (base.merge(per_step, on="rank", how="left")
              .merge(breakdown, on="rank", how="left")
              .merge(metrics.allreduce_totals(in_window_calls), on="rank", how="left")
-             .merge(crossrank.rank_waits(collectives), on="rank", how="left"))
+             .merge(crossrank.rank_waits(collectives), on="rank", how="left")
+             .merge(whatruns.rank_flops(steps), on="rank", how="left"))
     table["steps"] = table["steps"].fillna(0).astype(int)
     table["allreduce_count"] = table["allreduce_count"].fillna(0).astype(int)
     # No all_reduce at all: zero calls, zero time and zero bytes are all known.

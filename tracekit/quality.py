@@ -41,7 +41,14 @@ def _row_notes(row: dict) -> list[str]:
     elif row.get("rank_source") == "only file":
         out.append("no rank in the trace or its file name: taken as 0 (the only file)")
     if row.get("shapes_recorded") is False:
-        out.append("record_shapes was off: sizes that only Input Dims give are unknown")
+        out.append("record_shapes was off: sizes that only Input Dims give are unknown, and so are FLOPs and MFU")
+    if row.get("memory_events") == 0:
+        out.append("no [memory] events (profile_memory was off): the memory tables are empty")
+    if str(row.get("device_peaks") or "").startswith("unknown"):
+        out.append(f"device not in tracekit's datasheet table ({row['device_peaks'].removeprefix('unknown: ')}): "
+                   "roofline, pct_of_roofline and MFU are unknown")
+    elif row.get("device_peaks") == "":
+        out.append("a CPU-only rank: no device peaks, so roofline and MFU are unknown; rates use host time")
     return out
 
 

@@ -98,10 +98,15 @@ RANK_COLUMNS = {
     "gpu_runtime": "cuda or hip, from the names of the runtime calls, or mtia; None without any (CPU ranks)",
     "reduced_precision_us": "union of compute kernels whose names say fp16/bf16/fp8",
     "compute_kernel_us": "union of compute events (the denominator for reduced_precision_us)",
+    "matmul_device_us": "device time of the matmul-class ops whose dtype was recorded (Input type), over the whole "
+                        "trace as summary.ops; NaN without",
+    "matmul_reduced_us": "the part of it in ops that ran in bf16, fp16 or fp8",
     "compute_major": "CUDA compute capability major of the GPUs (NaN when not in the trace)",
     "comm_wait_us": "wall-clock time in matched collectives before the last rank arrived (union)",
     "comm_transfer_us": "wall-clock time in matched collectives after the last rank arrived (union)",
     "last_arrivals": "matched collectives this rank started strictly last; missing when none matched",
+    "matmul_flops_per_step": "mean matmul_flops over the window's steps",
+    "mfu_pct": "MFU over the window: the steps' matmul_at_peak_us over their step_us, x 100",
 }
 
 STEP_COLUMNS = {
@@ -115,6 +120,10 @@ STEP_COLUMNS = {
     "other_us": "step_us - compute - comm + overlap",
     "comm_us": "all communication in the step",
     "in_window": "whether the step is in the metrics' window",
+    "matmul_flops": "FLOPs of the step's innermost matmul-class ops, from their shapes (tracekit.events.ops); NaN "
+                    "when some are unknown",
+    "matmul_at_peak_us": "the time those FLOPs take at the device's dense peak for each op's dtype",
+    "mfu_pct": "model FLOPs utilisation: matmul_at_peak_us / step_us x 100 (NaN: unknown device or FLOPs)",
 }
 
 COLLECTIVE_COLUMNS = {
@@ -152,6 +161,9 @@ DATA_QUALITY_COLUMNS = {
     "rank_source": "where the rank came from: distributedInfo, file name, or only file (a single trace, rank 0)",
     "shapes_recorded": "CPU ops carry Input Dims (record_shapes=True); False: sizes that need them are unknown; "
                        "missing when the trace has no CPU op",
+    "memory_events": "profile_memory's [memory] events in the trace (0: profile_memory was off)",
+    "device_peaks": "the datasheet entry the device matched (tracekit.devices), 'unknown: <name>' when none, "
+                    "'' on a CPU-only rank",
 }
 
 

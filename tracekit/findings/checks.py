@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from tracekit import fmt
@@ -111,18 +112,23 @@ def _data_parallel(ranks, collectives, stragglers, run):
 
 
 def _no_reduced_precision(ranks, collectives, stragglers, run):
+    """Where the ops' dtypes were recorded, the share of matmul-class device time in bf16/fp16/fp8; elsewhere, of
+    compute-kernel time whose kernel names say so."""
     gpu = ranks[(ranks["device"] != "cpu") & (ranks["compute_major"] >= 7) & (ranks["compute_kernel_us"] > 0)]
     if gpu.empty:
         return []
-    share = gpu["reduced_precision_us"] / gpu["compute_kernel_us"]
+    typed = gpu["matmul_device_us"].to_numpy() > 0 if "matmul_device_us" in gpu else np.zeros(len(gpu), dtype=bool)
+    share = pd.Series(np.where(typed, gpu.get("matmul_reduced_us", np.nan) / gpu.get("matmul_device_us", np.nan),
+                               gpu["reduced_precision_us"] / gpu["compute_kernel_us"]), index=gpu.index)
     hit = gpu[share < REDUCED_PRECISION_SHARE]
     if hit.empty:
         return []
     matrix = VENDOR[gpu_vendor(gpu, run.device_names)]["matrix"]
+    what = ("of matmul device time runs in fp16/bf16/fp8 (the ops' recorded dtypes)" if typed[gpu.index.get_indexer(
+        hit.index)].all() else "of compute-kernel time runs in fp16/bf16")
     return [Finding(
         "no_reduced_precision", "medium", tuple(int(r) for r in hit["rank"]),
-        f"Only {float(share[hit.index].max()):.1%} of compute-kernel time runs in fp16/bf16 on GPUs with {matrix} "
-        f"({fmt.ranks(hit['rank'])}).",
+        f"Only {float(share[hit.index].max()):.1%} {what} on GPUs with {matrix} ({fmt.ranks(hit['rank'])}).",
         "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss "
         f"(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on {matrix}.",
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]

@@ -21,7 +21,8 @@ from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
 from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
-from tracekit.read.reader import RankMeta, read_rank
+from tracekit.rank.whatruns import what_runs
+from tracekit.read.reader import RankMeta, read_tables
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,26 @@ class RankResult:
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row: data_quality_row
     graph: pd.DataFrame = field(default_factory=pd.DataFrame)  # graph.rank_graph: nodes, within-rank edges
     fsdp: pd.DataFrame = field(default_factory=pd.DataFrame)  # fsdp.unit_table, with in_window
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernels.kernel_table
+    ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.op_tables: by name
+    ops_by_shape: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.op_tables: by name and input shapes
+    step_flops: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.op_tables: FLOPs per step
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # memory.memory_table
+    memory_top: pd.DataFrame = field(default_factory=pd.DataFrame)  # memory.top_allocators
+    memory_timeline: pd.DataFrame = field(default_factory=pd.DataFrame)  # memory.memory_timeline (absolute ns)
+    op_steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.op_tables: per window step
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:
     """Read and reduce one trace file."""
-    meta, events, comm_args = read_rank(path, default_rank=default_rank, host_ops=reads_host_op)
-    return reduce_rank(meta, events, comm_args, config)
+    tables = read_tables(path, default_rank=default_rank, host_ops=reads_host_op)
+    return reduce_rank(tables.meta, tables.events, tables.comm_args, config, tables.ops, tables.memory)
 
 
-def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, config: Config) -> RankResult:
-    """The metric pipeline of one rank's events table."""
+def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, config: Config,
+                ops: pd.DataFrame | None = None, memory: pd.DataFrame | None = None) -> RankResult:
+    """The metric pipeline of one rank's events table; ``ops`` and ``memory``: the reader's (``RankTables``),
+    None for none (the kernel table is then still made, the operator and memory tables empty)."""
     for col in ("cat", "name", "pid", "tid"):
         if not isinstance(events[col].dtype, pd.CategoricalDtype):
             events = events.assign(**{col: events[col].astype("category")})
@@ -87,11 +98,13 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
               "compute_major": float("nan") if meta.compute_major is None else float(meta.compute_major)}
     if dev.empty:  # no device time to split: unknown, not zero
         extras.update({k: np.nan for k in extras if k.startswith("idle_") or k in _DEVICE_TIME_FACTS})
+    ran = what_runs(meta, events, ops, memory, steps, kept, dev, device_rank)
+    extras.update(ran.pop("facts"))
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
+    quality = data_quality_row(meta, events, device_rank, len(dev_all)).assign(**ran.pop("quality"))
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
-                      steps=step_rows, collectives=collectives, gaps=gaps,
-                      quality=data_quality_row(meta, events, device_rank, len(dev_all)),
-                      graph=rank_graph(events, collectives), fsdp=fsdp)
+                      steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
+                      graph=rank_graph(events, collectives), fsdp=fsdp, **ran)
 
 
 _STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")

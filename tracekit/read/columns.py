@@ -17,17 +17,24 @@ import pyarrow as pa
 from tracekit.read.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read.kineto import NO_ARGS, Args, decode_raw
+from tracekit.read.opcolumns import memory_columns, memory_table, op_columns, op_table
 
 # record_shapes is one switch for every op: the first CPU ops of a trace show whether shapes were recorded.
 _SHAPE_PROBE_OPS = 1000
 _MAX_US = 9.2e15  # int64 nanoseconds end here
 
 
-def rank_tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
-    """(events, comm_args, events dropped, first usable start, facts) of one rank's chunks of complete events;
-    facts: ``shapes_recorded`` (see RankMeta) and ``device_arg_cats``, the unknown categories with a ``device`` arg."""
+def rank_tables(chunks: Iterable[tuple[list, list]], rank: int, base_ns: int, host_ops=None):
+    """(events, comm_args, events dropped, first usable start, facts) of one rank's chunks, each (complete events,
+    ``[memory]`` events); facts: ``shapes_recorded`` (see RankMeta), ``device_arg_cats`` (the unknown categories
+    with a ``device`` arg), ``ops`` (every host op and annotation, ``OP_COLUMNS``) and ``memory``
+    (``MEMORY_COLUMNS``)."""
     keep_name = _NameFilter(host_ops)
-    parts = [_chunk_columns(events, keep_name) for events in chunks]
+    parts, ops, memory = [], [], []
+    for events, instants in chunks:
+        ops.append(op_columns(events))
+        parts.append(_chunk_columns(events, keep_name))
+        memory.append(memory_columns(instants))
     n = sum(len(p["ts"]) for p in parts)
     # Times of every event: the table's rows first, then the CPU ops left out (they count for dropped and first).
     ts_ns = _to_ns(np.concatenate([p["ts"] for p in parts] + [p["left_ts"] for p in parts] + [np.empty(0)])) + base_ns
@@ -61,7 +68,8 @@ def rank_tables(chunks: Iterable[list], rank: int, base_ns: int, host_ops=None):
     names = dict(zip(comm_rows, [name for p in parts for name in p["comm_names"]]))
     shapes = [p["shapes"] for p in parts if p["shapes"] is not None]
     facts = {"shapes_recorded": any(shapes) if shapes else None,
-             "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]}}
+             "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]},
+             "ops": op_table(ops, rank, base_ns, _to_ns), "memory": memory_table(memory, rank, base_ns, _to_ns)}
     return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns, facts
 
 

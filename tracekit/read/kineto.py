@@ -32,6 +32,15 @@ class Args(msgspec.Struct, gc=False):
     seq: _Num = msgspec.field(default=None, name="Seq")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
+    flops: _Num = None  # with_flops=True: the profiler's own estimate for matmul and conv ops
+    # [memory] instant events (profile_memory=True)
+    total_allocated: _Num = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: _Num = msgspec.field(default=None, name="Total Reserved")
+    nbytes: _Num = msgspec.field(default=None, name="Bytes")
+    device_type: _Id = msgspec.field(default=None, name="Device Type")
+    device_id: _Id = msgspec.field(default=None, name="Device Id")
+    addr: _Id = msgspec.field(default=None, name="Addr")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -56,6 +65,7 @@ class DistributedInfo(msgspec.Struct, gc=False):
 class _DeviceProperties(msgspec.Struct, gc=False):
     name: str | None = None
     computeMajor: _Num = None
+    totalGlobalMem: _Num = None
 
 
 class _Trace(msgspec.Struct, gc=False):
@@ -82,11 +92,14 @@ def _retyped(struct: type, name: str, types: dict, drop: tuple = (), factories: 
 # The fast decoders. A union tagged on "ph" builds complete ("X") events and makes every other phase (flows,
 # counters, metadata: a third of a Kineto trace) an empty struct. What they refuse (an unknown phase, an event
 # without "ph", "args": null) is decoded again by the general decoder above, which also names any error.
-_OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
+_OTHER_PHASES = ("B", "E", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
                  "(", ")")
 Complete = _retyped(_Event, "Complete", {"args": Args}, drop=("ph",), factories={"args": Args},
                      tag="X", tag_field="ph", gc=False)
-_AnyEvent = Union[(Complete, *(msgspec.defstruct(f"_Skipped{i}", [], tag=ph, tag_field="ph", gc=False)
+# Instant ("i") events are built too: profile_memory's ``[memory]`` events are instants.
+Instant = _retyped(_Event, "Instant", {"args": Args}, drop=("ph", "dur"), factories={"args": Args},
+                   tag="i", tag_field="ph", gc=False)
+_AnyEvent = Union[(Complete, Instant, *(msgspec.defstruct(f"_Skipped{i}", [], tag=ph, tag_field="ph", gc=False)
                                 for i, ph in enumerate(_OTHER_PHASES)))]
 FAST_DECODER = msgspec.json.Decoder(_retyped(_Trace, "_FastTrace", {"traceEvents": list[_AnyEvent] | None})
                                      | list[_AnyEvent])
@@ -94,6 +107,7 @@ RAW_DECODER = msgspec.json.Decoder(_retyped(_Trace, "_RawTrace", {"traceEvents":
                                    | list[msgspec.Raw])
 CHUNK_DECODER = msgspec.json.Decoder(list[_AnyEvent])
 NO_ARGS = Args()  # what an event without args reads as
+MEMORY_EVENT = "[memory]"  # the name of profile_memory's instant events
 
 
 def decode_raw(raw, kind):

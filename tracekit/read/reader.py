@@ -20,10 +20,10 @@ from tracekit.read.categories import KNOWN_CATEGORIES, device_evidence
 from tracekit.read.columns import rank_tables
 from tracekit.errors import EmptyTraceError, NotATraceError, NotJSONError, RankUnknownError
 from tracekit.read.files import as_path, load_bytes, rank_in_file_name
-from tracekit.read.kineto import (CHUNK_DECODER, FAST_DECODER, RAW_DECODER, TRACE_DECODER, Complete, DistributedInfo,
-                             decode_raw)
+from tracekit.read.kineto import (CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, RAW_DECODER, TRACE_DECODER, Complete,
+                                  DistributedInfo, Instant, decode_raw)
 
-__all__ = ["RankMeta", "ReadOptions", "read_rank"]
+__all__ = ["RankMeta", "RankTables", "ReadOptions", "read_rank", "read_tables"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,12 +69,35 @@ class RankMeta:
     shapes_recorded: bool | None = None  # Input Dims on CPU ops (record_shapes=True); None: no CPU op to tell
     unknown_categories: tuple[tuple[str, int], ...] = ()  # (category, events) of categories tracekit does not know
     device_evidence: str | None = None  # why this is a device rank (None: a CPU-only rank); see categories.device_evidence()
+    device_memory_bytes: tuple[float, ...] = ()  # deviceProperties totalGlobalMem of each device listed
+
+
+@dataclass(frozen=True)
+class RankTables:
+    """Everything ``read_tables`` reads of one rank: its meta, events and comm args (as ``read_rank``), every host
+    op and annotation with its shapes (``columns.OP_COLUMNS``: the operator table's input, whatever ``host_ops``
+    left out of ``events``) and the ``[memory]`` events (``columns.MEMORY_COLUMNS``; empty without
+    ``profile_memory``)."""
+
+    meta: RankMeta
+    events: pd.DataFrame
+    comm_args: pd.DataFrame
+    ops: pd.DataFrame
+    memory: pd.DataFrame
 
 
 def read_rank(path: str | Path, default_rank: int | None = None,
               host_ops: Callable[[str], bool] | None = None,
               options: ReadOptions = ReadOptions()) -> tuple[RankMeta, pd.DataFrame, pd.DataFrame]:
-    """Decode one trace file (a local path or an fsspec URL) into (meta, events, comm_args) for its rank.
+    """(meta, events, comm_args) of ``read_tables``."""
+    tables = read_tables(path, default_rank, host_ops, options)
+    return tables.meta, tables.events, tables.comm_args
+
+
+def read_tables(path: str | Path, default_rank: int | None = None,
+                host_ops: Callable[[str], bool] | None = None,
+                options: ReadOptions = ReadOptions()) -> RankTables:
+    """Decode one trace file (a local path or an fsspec URL) into its rank's tables (``RankTables``).
 
     ``host_ops``: None keeps every event. Otherwise, once a device event (kernel, memcpy, memset) has been seen,
     CPU ops (``cpu_op``) are kept only where ``host_ops(name)`` is true or they are communication calls: the
@@ -98,6 +121,8 @@ def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, opt
     if complete is None:
         raise NotATraceError(path, "a JSON array whose items are not trace events", rank)
     events, comm_args, dropped, first_ts_ns, facts = rank_tables(complete, rank, base_ns, host_ops)
+    memory_bytes = [float(d.totalGlobalMem) for d in (() if isinstance(trace, list) else trace.deviceProperties or ())
+                    if d.totalGlobalMem is not None]
     if len(events) == 0:
         raise EmptyTraceError(path, "an empty trace: it holds no events with a duration", rank)
     props = () if isinstance(trace, list) else tuple(trace.deviceProperties or ())
@@ -122,8 +147,9 @@ def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, opt
         unknown_categories=unknown,
         device_evidence=device_evidence(events, facts["device_arg_cats"], len(props),
                                         info.backend if info else None),
+        device_memory_bytes=tuple(memory_bytes),
     )
-    return meta, events, comm_args
+    return RankTables(meta=meta, events=events, comm_args=comm_args, ops=facts["ops"], memory=facts["memory"])
 
 
 def _decode_fast(data: bytes, options: ReadOptions):
@@ -141,7 +167,7 @@ def _decode_fast(data: bytes, options: ReadOptions):
     events = trace if isinstance(trace, list) else trace.traceEvents
     if events is None:
         raise _Refused
-    return trace, [[e for e in events if type(e) is Complete]]
+    return trace, [_split(events)]
 
 
 def _raw_chunks(data: bytes | bytearray, raws: list, chunk_events: int) -> Iterator[list]:
@@ -159,13 +185,19 @@ def _raw_chunks(data: bytes | bytearray, raws: list, chunk_events: int) -> Itera
     return (_complete_events(memoryview(data)[p[0]:p[1]] if isinstance(p, tuple) else p) for p in pieces)
 
 
-def _complete_events(body) -> list:
-    """The complete events of ``body``, a comma-separated run of events."""
+def _complete_events(body) -> tuple[list, list]:
+    """The complete events and ``[memory]`` events of ``body``, a comma-separated run of events."""
     try:
         events = CHUNK_DECODER.decode(b"".join((b"[", body, b"]")))
     except msgspec.MsgspecError:
         raise _Refused from None
-    return [e for e in events if type(e) is Complete]
+    return _split(events)
+
+
+def _split(events: list) -> tuple[list, list]:
+    """(complete events, ``[memory]`` instant events) of the fast decoders' structs."""
+    return ([e for e in events if type(e) is Complete],
+            [e for e in events if type(e) is Instant and e.name == MEMORY_EVENT])
 
 
 def _address(buffer) -> int:
@@ -181,7 +213,7 @@ def _decode_general(path: Path | str, data: bytes):
     complete = [e for e in events_list if e.ph == "X"]
     if not complete and events_list and not any(e.ph for e in events_list):
         return trace, None
-    return trace, [complete]
+    return trace, [(complete, [e for e in events_list if e.ph in ("i", "I") and e.name == MEMORY_EVENT])]
 
 
 def _decode(path: Path, data: bytes):

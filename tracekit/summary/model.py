@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit import schema
+from tracekit import opschema, schema
 from tracekit.summary.facts import RunFacts
 
 
@@ -38,6 +38,12 @@ class Summary:
       critical_path_events  that chain's events (``tracekit.predict.critical_path``)
       graph        the run's dependency graph, one row per node (``tracekit.rank.graph``): what ``tracekit.whatif`` replays
       fsdp         one row per rank x step x FSDP unit x phase (``tracekit.events.fsdp``); empty without FSDP
+      kernels      one row per rank x device event name: calls, durations, kind, share (``tracekit.events.kernels``)
+      ops          one row per rank x op name: calls, host and device self/total times, FLOPs, bytes, roofline
+                   (``tracekit.events.ops``); ``ops_by_shape`` the same per name and input shapes
+      memory       one row per rank x device x step from ``[memory]`` events: peaks, start, end, growth
+                   (``tracekit.events.memory``); ``memory_top`` the ops live at each device's peak,
+                   ``memory_timeline`` allocated and reserved over time; ``op_steps`` each op's time per window step
     ``findings`` lists what to change, most severe first.
     ``run`` holds facts about the run (``tracekit.summary.facts.RunFacts``): world size, backend, devices, files read and
     skipped, the window, clock offsets, and the workload's run.json.
@@ -58,6 +64,13 @@ class Summary:
     graph: pd.DataFrame = _table(schema.GRAPH_COLUMNS)
     data_quality: pd.DataFrame = _table(schema.DATA_QUALITY_COLUMNS)
     fsdp: pd.DataFrame = _table(schema.FSDP_COLUMNS)
+    kernels: pd.DataFrame = _table(opschema.KERNEL_COLUMNS)
+    ops: pd.DataFrame = _table(opschema.OP_COLUMNS)
+    ops_by_shape: pd.DataFrame = _table(opschema.OP_SHAPE_COLUMNS)
+    memory: pd.DataFrame = _table(opschema.MEMORY_COLUMNS)
+    memory_top: pd.DataFrame = _table(opschema.MEMORY_TOP_COLUMNS)
+    memory_timeline: pd.DataFrame = _table(opschema.MEMORY_TIMELINE_COLUMNS)
+    op_steps: pd.DataFrame = _table(opschema.OP_STEP_COLUMNS)
 
     def clock_shift_ns(self, rank: int) -> int:
         """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
@@ -81,8 +94,9 @@ class Summary:
     def to_dict(self, tables: str | Iterable[str] | None = None) -> dict[str, Any]:
         """Plain Python values: tables as lists of records, NaN as None.
 
-        ``tables``: None for the default set, every table but those that grow with the trace's events
-        (``EVENT_TABLES``: gaps, critical_path_events, graph), which are listed under ``tables_left_out``;
+        ``tables``: None for the default set, every table but those that grow with the trace's events or shapes
+        (``EVENT_TABLES``: gaps, critical_path_events, ops_by_shape, op_steps, memory_timeline, graph), which
+        are listed under ``tables_left_out``;
         names of event tables to put in as well; or ``"all"``.
         """
         wanted = wanted_tables(tables)
@@ -110,8 +124,9 @@ class Summary:
 # The JSON's tables in order (and where the findings go); those that grow with the trace's events are left out
 # unless asked for: on a real run they are over 90% of the JSON.
 TABLES = ("ranks", "steps", "collectives", "gaps", "stragglers", "imbalance", "mismatches", "findings", "critical_path",
-          "critical_path_events", "data_quality", "fsdp", "graph")
-EVENT_TABLES = ("gaps", "critical_path_events", "graph")
+          "critical_path_events", "data_quality", "fsdp", "kernels", "ops", "ops_by_shape", "op_steps", "memory",
+          "memory_top", "memory_timeline", "graph")
+EVENT_TABLES = ("gaps", "critical_path_events", "ops_by_shape", "op_steps", "memory_timeline", "graph")
 
 
 def wanted_tables(tables: str | Iterable[str] | None) -> set[str]:

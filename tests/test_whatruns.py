@@ -1,0 +1,185 @@
+"""What runs: the kernel, operator and memory tables and MFU, on tiny traces whose every number is worked out here,
+and the operator table against torch.profiler's own key_averages() on a real CPU run made by the test."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tracekit
+from tracedata import cpu, kernel, launch, step, write_trace
+
+A100 = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_899_345_920, "computeMajor": 8}]
+
+
+def _gpu_run(tmp_path, events, **top):
+    write_trace(tmp_path / "rank-0.json.gz", events, rank=0, world_size=1, **top)
+    return tracekit.summarize(tmp_path / "rank-0.json.gz", cache=False, workers=1)
+
+
+def test_two_kernels_by_hand(tmp_path):
+    """Step 1: gemm runs twice (10 and 30 us) on stream 7 and once (20 us) on stream 9; step 2: relu once (5 us)."""
+    events = [step(1, 0, 1000), step(2, 1000, 1000)]
+    for i, (ts, dur, stream) in enumerate([(100, 10, 7), (200, 30, 7), (300, 20, 9)]):
+        events += [launch(ts - 50, correlation=i + 1), kernel("gemm", ts, dur, stream=stream, correlation=i + 1)]
+    events += [launch(1100, correlation=9), kernel("relu", 1150, 5, correlation=9)]
+    s = _gpu_run(tmp_path, events)
+    k = s.kernels.set_index("name")
+    assert k.loc["gemm", "calls"] == 3 and k.loc["gemm", "total_us"] == 60 and k.loc["gemm", "streams"] == 2
+    assert k.loc["gemm", "mean_us"] == 20 and k.loc["gemm", "min_us"] == 10 and k.loc["gemm", "max_us"] == 30
+    assert k.loc["gemm", "std_us"] == pytest.approx(10.0)  # sqrt(((10-20)^2 + 10^2 + 0) / 2)
+    assert k.loc["gemm", "kind_share_pct"] == 100
+    # relu runs in step 2, the last, which the default window drops (as HTA): counted in the trace columns only.
+    assert k.loc["relu", "calls"] == 0 and k.loc["relu", "total_us"] == 0 and math.isnan(k.loc["relu", "mean_us"])
+    assert k.loc["relu", "trace_calls"] == 1 and k.loc["relu", "trace_us"] == 5
+    assert k.loc["gemm", "trace_calls"] == 3 and k.loc["gemm", "trace_us"] == 60
+    assert list(s.kernels["name"]) == ["gemm", "relu"]  # largest first
+
+
+def test_a_three_op_nest_by_hand(tmp_path):
+    """aten::linear [0, 100] holds aten::t [5, 10] and aten::addmm [20, 90]; addmm launches a 40 us kernel and t
+    none. Host self: linear 100 - 5 - 70 = 25, t 5, addmm 70; device: addmm 40 itself, linear 40 through it."""
+    linear_args = {"External id": 1, "Input Dims": [[64, 128], [32, 128], [32]],
+                   "Input type": ["float", "float", "float"]}
+    events = [step(1, 0, 1000),
+              cpu("aten::linear", 0, 100, **linear_args),
+              cpu("aten::t", 5, 5, **{"External id": 2, "Input Dims": [[32, 128]], "Input type": ["float"]}),
+              cpu("aten::addmm", 20, 70, **{"External id": 3, "Input Dims": [[32], [64, 128], [128, 32], [], []],
+                                            "Input type": ["float", "float", "float", "Scalar", "Scalar"]}),
+              {**launch(30, correlation=5), "args": {"correlation": 5, "External id": 3}},
+              kernel("sgemm", 50, 40, correlation=5, **{"External id": 3})]
+    s = _gpu_run(tmp_path, events, deviceProperties=A100)
+    ops = s.ops.set_index("name")
+    assert ops.loc["aten::linear", "host_self_us"] == 25 and ops.loc["aten::linear", "host_total_us"] == 100
+    assert ops.loc["aten::t", "host_self_us"] == 5 and ops.loc["aten::addmm", "host_self_us"] == 70
+    assert ops.loc["aten::addmm", "device_self_us"] == 40 and ops.loc["aten::addmm", "device_us"] == 40
+    assert ops.loc["aten::linear", "device_self_us"] == 0 and ops.loc["aten::linear", "device_us"] == 40
+    assert ops.loc["aten::t", "device_us"] == 0
+    # One GEMM with M=64, K=128, N=32: 2 * 64 * 128 * 32 FLOPs; counted once, at the innermost op (addmm).
+    flops = 2 * 64 * 128 * 32
+    assert ops.loc["aten::addmm", "flops"] == flops and ops.loc["aten::linear", "flops"] == flops
+    assert ops.loc["aten::addmm", "counted_flops"] == flops and ops.loc["aten::linear", "counted_flops"] == 0
+    assert ops.loc["aten::addmm", "dtype"] == "float"
+    # On an A100 SXM4 80GB: fp32 19.5 TFLOPS (non-tensor), 2039 GB/s. Bytes: A, B, bias and the output, 4 B each.
+    nbytes = 4 * (64 * 128 + 128 * 32 + 32 + 64 * 32)
+    assert ops.loc["aten::addmm", "bytes"] == nbytes
+    assert ops.loc["aten::addmm", "achieved_tflops"] == pytest.approx(flops / 40e-6 / 1e12)
+    roofline_us = max(flops / 19.5e12, nbytes / 2039e9) * 1e6
+    assert ops.loc["aten::addmm", "roofline_us"] == pytest.approx(roofline_us)
+    assert ops.loc["aten::addmm", "pct_of_roofline"] == pytest.approx(roofline_us / 40 * 100)
+    by_shape = s.ops_by_shape.set_index("name")
+    assert by_shape.loc["aten::addmm", "input_dims"] == "[[32], [64, 128], [128, 32], [], []]"  # as recorded
+
+
+def test_mfu_of_one_gemm_on_a_known_gpu(tmp_path):
+    """A bf16 mm of M=N=K=4096 in each 1 ms step on an H100 SXM (989.4 dense bf16 TFLOPS):
+    2 * 4096^3 = 137.4 GFLOP, 0.1389 ms at peak, MFU 13.89%."""
+    h100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_520_809_984, "computeMajor": 9}]
+    mm = {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
+    events = []
+    for k in (1, 2, 3):
+        t = (k - 1) * 1000
+        events += [step(k, t, 1000), cpu("aten::mm", t + 10, 50, **{"External id": k, **mm}),
+                   {**launch(t + 20, correlation=k), "args": {"correlation": k, "External id": k}},
+                   kernel("sm90_gemm_bf16", t + 100, 800, correlation=k, **{"External id": k})]
+    s = _gpu_run(tmp_path, events, deviceProperties=h100)
+    flops = 2 * 4096 ** 3
+    window = s.steps[s.steps["in_window"]]
+    assert list(window["matmul_flops"]) == [flops, flops]
+    from tracekit import devices
+
+    peak = devices.peak_tflops(devices.match("NVIDIA H100 80GB HBM3"), "bf16") * 1e12
+    assert s.ranks.loc[0, "mfu_pct"] == pytest.approx(flops / peak / 1000e-6 * 100)
+    assert 13 < s.ranks.loc[0, "mfu_pct"] < 15
+
+
+def test_unknown_device_or_shapes_is_nan_with_a_note(tmp_path):
+    events = [step(1, 0, 1000), step(2, 1000, 1000),
+              cpu("aten::mm", 10, 50, **{"External id": 1}),  # no Input Dims: record_shapes off
+              {**launch(20, correlation=1), "args": {"correlation": 1, "External id": 1}},
+              kernel("gemm", 100, 800, correlation=1, **{"External id": 1})]
+    s = _gpu_run(tmp_path, events, deviceProperties=[{"id": 0, "name": "Mystery GPU 9000"}])
+    assert math.isnan(s.steps.loc[0, "matmul_flops"]) and math.isnan(s.ranks.loc[0, "mfu_pct"])
+    assert math.isnan(s.ops.set_index("name").loc["aten::mm", "roofline_us"])
+    text = str(s)
+    assert "Mystery GPU 9000" in text and "MFU are unknown" in text
+    assert "profile_memory was off" in text
+
+
+def test_memory_peaks_by_hand(tmp_path):
+    """Allocations on cuda:0: +100 at 10 (in op A), +50 at 20, -100 at 30, +200 at 40 (in op B, step 1);
+    step 2: -50 at 1100. Peak 250 at 40 with A's 100 freed: live are 200 (B) and 50, allocated outside any op
+    but inside the ProfilerStep#1 annotation."""
+    def mem(ts, nbytes, total, addr):
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": 1, "ts": ts, "s": "t",
+                "args": {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes,
+                         "Total Allocated": total, "Total Reserved": 512}}
+    events = [step(1, 0, 1000), step(2, 1000, 1000), cpu("A", 5, 10), cpu("B", 35, 10),
+              mem(10, 100, 100, 1), mem(20, 50, 150, 2), mem(30, -100, 50, 1), mem(40, 200, 250, 3),
+              mem(1100, -50, 200, 2)]
+    s = _gpu_run(tmp_path, events, deviceProperties=A100)
+    m = s.memory.set_index("step")
+    assert m.loc[1, "peak_allocated_bytes"] == 250 and m.loc[1, "end_allocated_bytes"] == 250
+    assert math.isnan(m.loc[1, "start_allocated_bytes"])  # nothing before the first event
+    assert m.loc[2, "start_allocated_bytes"] == 250 and m.loc[2, "end_allocated_bytes"] == 200
+    assert m.loc[2, "peak_allocated_bytes"] == 250 and m.loc[2, "growth_bytes"] == -50
+    assert m.loc[1, "device"] == "cuda:0" and m.loc[1, "device_memory_bytes"] == 85_899_345_920
+    top = s.memory_top.set_index("op")["live_bytes"].to_dict()
+    assert top == {"B": 200, "ProfilerStep#1": 50}
+
+
+@pytest.mark.slow
+def test_ops_agree_with_key_averages_on_a_real_cpu_run(tmp_path):
+    """Counts exact, host self and total within 2%, for every op key_averages() lists; the memory peak is the
+    largest Total Allocated of the raw events."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 16 * 16, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+        for _ in range(3):
+            with record_function("train_step"):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    s = tracekit.summarize(path, cache=False, workers=1)
+    ops = s.ops.set_index("name")
+    theirs = {e.key: e for e in prof.key_averages()}
+    assert len(theirs) > 20 and set(theirs) <= set(ops.index)
+    for name, e in theirs.items():
+        row = ops.loc[name]
+        assert row["calls"] == e.count, name
+        assert row["host_total_us"] == pytest.approx(e.cpu_time_total, rel=0.02, abs=0.5), name
+        assert row["host_self_us"] == pytest.approx(e.self_cpu_time_total, rel=0.02, abs=0.5), name
+    import json
+
+    raw = [e["args"]["Total Allocated"] for e in json.loads(path.read_text())["traceEvents"]
+           if e.get("name") == "[memory]"]
+    assert s.memory["peak_allocated_bytes"].max() == max(raw)
+
+
+def test_a_bf16_gemm_whose_kernel_name_hides_it_is_reduced_precision(tmp_path):
+    """hipBLASLt's Cijk_* names do not say bf16; the op's Input type does. 100% of matmul time is bf16: no
+    no_reduced_precision finding, where the kernel-name rule alone would have said 0%."""
+    mi300 = [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 206_141_652_992, "computeMajor": 9}]
+    mm = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
+    events = []
+    for k in (1, 2, 3):
+        t = (k - 1) * 1000
+        events += [step(k, t, 1000), cpu("aten::mm", t + 10, 50, **{"External id": k, **mm}),
+                   {**launch(t + 20, correlation=k), "name": "hipLaunchKernel",
+                    "args": {"correlation": k, "External id": k}},
+                   kernel("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_MI32x32x8_SN", t + 100, 800, correlation=k,
+                          **{"External id": k})]
+    s = _gpu_run(tmp_path, events, deviceProperties=mi300)
+    assert s.ranks.loc[0, "matmul_reduced_us"] == s.ranks.loc[0, "matmul_device_us"] == 2400  # 3 x 800, whole trace
+    assert s.ranks.loc[0, "reduced_precision_us"] == 0  # what the kernel names alone say
+    assert "no_reduced_precision" not in [f.kind for f in s.findings]

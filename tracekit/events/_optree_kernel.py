@@ -1,0 +1,27 @@
+"""The compiled stack pass of ``tracekit.events.optree`` (numba, cached on disk)."""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def stack_pass(order, tid, start, end):  # pragma: no cover (compiled)
+    n = len(order)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    top = 0
+    for k in range(n):
+        i = order[k]
+        while top > 0:
+            j = stack[top - 1]
+            if tid[j] != tid[i] or end[j] <= start[i] or end[j] < end[i]:  # j cannot hold i, nor what follows
+                top -= 1
+            else:
+                break
+        if top > 0:
+            parent[i] = stack[top - 1]
+            depth[i] = depth[parent[i]] + 1
+        stack[top] = i
+        top += 1
+    return parent, depth

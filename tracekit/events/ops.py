@@ -1,0 +1,161 @@
+"""The operator table of one rank: per op name and input shapes, its calls, host and device times, FLOPs and bytes.
+
+In: the reader's ops table (every ``cpu_op`` and ``user_annotation``, ``tracekit.read.opcolumns``), the classified
+events (for the kernels each op launched), the rank's steps, and the device's peaks (``tracekit.devices``).
+
+- host_total_us: the op's duration; host_self_us: minus its children's (the ops it encloses on its thread), as
+  ``torch.profiler``'s ``key_averages()`` has them (self CPU time).
+- device_self_us: the durations of the device events it launched itself (a kernel's ``External id``, else its
+  launch call's, names the op); device_us: its own and its descendants' (the TensorBoard plugin's device total).
+- flops, bytes: per call from the recorded shapes (``tracekit.events.flops``), summed; ``counted_flops`` only for
+  the innermost matmul-class op of a call tree (a linear's addmm, not the linear too), which is what the run's
+  FLOPs and MFU add up.
+- achieved_tflops, achieved_gbps: from the op's device time on a device rank, its host time on a CPU-only rank.
+- roofline_us = max(flops / peak at its dtype, bytes / memory bandwidth); pct_of_roofline = roofline / measured
+  time x 100 (TraceLens' "Pct Roofline"). NaN for an unknown device, dtype or shape.
+Times cover the whole trace (as ``key_averages()`` and HolisticTraceAnalysis do); ``window_counted_flops`` the
+window's steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit import devices
+from tracekit.events.flops import MATMUL_CLASS, op_cost
+from tracekit.events.optree import has_marked_descendant, op_tree, subtree_sums
+from tracekit.read.kineto import decode_raw
+from tracekit.opschema import OP_COLUMNS, OP_SHAPE_COLUMNS, OP_STEP_COLUMNS, STEP_FLOP_COLUMNS
+
+_KEY = ["name", "input_dims", "input_type"]
+
+
+def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, window: pd.DataFrame,
+              peaks: devices.DevicePeaks | None, device_rank: bool) -> tuple[pd.DataFrame, ...]:
+    """(ops by name and shapes, ops by name, FLOPs per step, ops per window step) of one rank. ``steps``: its step table (step,
+    start_ns, end_ns); ``window``: the steps its metrics cover."""
+    ops = ops[ops["dur_ns"].to_numpy() >= 0].reset_index(drop=True)
+    if ops.empty:
+        return (pd.DataFrame(columns=list(OP_SHAPE_COLUMNS)), pd.DataFrame(columns=list(OP_COLUMNS)),
+                pd.DataFrame(columns=list(STEP_FLOP_COLUMNS)), pd.DataFrame(columns=list(OP_STEP_COLUMNS)))
+    start = ops["ts_ns"].to_numpy()
+    dur = ops["dur_ns"].to_numpy()
+    parent, depth = op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur)
+    child = np.zeros(len(ops))
+    has_parent = parent >= 0
+    np.add.at(child, parent[has_parent], dur[has_parent])
+    device_self = _device_self(ops, events) if device_rank else np.full(len(ops), np.nan)
+    cost = _costs(ops)
+    flops = cost["flops"].to_numpy()
+    matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
+    matmul = matmul_name & np.isfinite(flops)
+    innermost = ~has_marked_descendant(matmul, parent, depth)
+    counted = np.where(matmul & innermost, flops, 0.0)
+    # A matmul-class op with unknown FLOPs and none known below it: its step's FLOPs are unknown, not smaller.
+    unknown = matmul_name & ~np.isfinite(flops) & innermost
+    step = _step_of(start, steps)
+    in_window = np.isin(step, window["step"].to_numpy()) if len(steps) else np.ones(len(ops), dtype=bool)
+    per_call = ops[["rank", *_KEY]].assign(
+        calls=1, host_self_us=(dur - child) / 1e3, host_total_us=dur / 1e3, device_self_us=device_self / 1e3,
+        device_us=subtree_sums(device_self, parent, depth) / 1e3, flops=flops, bytes=cost["bytes"].to_numpy(),
+        counted_flops=counted, window_counted_flops=np.where(in_window, counted, 0.0),
+        flops_arg=ops["flops_arg"].to_numpy(), kind=cost["kind"].to_numpy(), dtype=cost["dtype"].to_numpy())
+    by_shape = _grouped(per_call, ["rank", *_KEY], peaks, device_rank)
+    by_name = _grouped(per_call.drop(columns=["input_dims", "input_type"]), ["rank", "name"], peaks, device_rank)
+    peak = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in per_call["dtype"]]) * 1e12
+    flop_steps = pd.DataFrame({"rank": ops["rank"].to_numpy(), "step": step,
+                               "matmul_flops": np.where(unknown, np.nan, counted),
+                               "matmul_at_peak_us": np.where(unknown, np.nan, np.where(counted > 0, counted / peak * 1e6,
+                                                                                      0.0))})
+    flop_steps = (flop_steps[flop_steps["step"] >= 0].groupby(["rank", "step"])
+                  .agg(lambda v: v.sum(skipna=False)).reset_index())  # one unknown makes the step's sum unknown
+    windowed = per_call[in_window & (step >= 0)].assign(step=step[in_window & (step >= 0)])
+    op_steps = (windowed.groupby(["rank", "step", "name"], observed=True)
+                .agg(calls=("calls", "sum"), host_self_us=("host_self_us", "sum"),
+                     device_self_us=("device_self_us", lambda v: v.sum(skipna=False))).reset_index())
+    return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
+            op_steps[list(OP_STEP_COLUMNS)])
+
+
+def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
+    """Device time of the matmul-class ops with a recorded dtype, and the part in bf16/fp16/fp8: the dtype an op
+    ran in is its Input type, which kernel names often hide (hipBLASLt's Cijk_* kernels). NaN without such ops."""
+    typed = ops_by_shape[ops_by_shape["name"].isin(MATMUL_CLASS).to_numpy() & ops_by_shape["dtype"].notna().to_numpy()
+                         & (ops_by_shape["dtype"] != "mixed").to_numpy()]
+    time = typed["device_self_us"].to_numpy(dtype=float)
+    if not len(typed) or not np.isfinite(time).all() or time.sum() <= 0:
+        return {"matmul_device_us": np.nan, "matmul_reduced_us": np.nan}
+    reduced = np.array([devices.dtype_key(d) in ("bf16", "fp16", "fp8") for d in typed["dtype"]])
+    return {"matmul_device_us": float(time.sum()), "matmul_reduced_us": float(time[reduced].sum())}
+
+
+def _costs(ops: pd.DataFrame) -> pd.DataFrame:
+    """op_cost of every op, computed once per distinct (name, Input Dims, Input type, Concrete Inputs)."""
+    key = ["name", "input_dims", "input_type", "concrete_inputs"]
+    distinct = ops[key].drop_duplicates().reset_index(drop=True)
+    rows = [op_cost(str(n), _decoded(d), _decoded(t), _decoded(c)) for n, d, t, c in distinct.itertuples(index=False)]
+    distinct = distinct.assign(flops=[r.flops for r in rows], bytes=[r.bytes for r in rows],
+                               kind=[r.kind for r in rows], dtype=[r.dtype for r in rows])
+    return ops[key].merge(distinct, on=key, how="left")
+
+
+def _decoded(text) -> list | None:
+    """A recorded JSON list (``Input Dims``, ...), or None where absent or not a list."""
+    return decode_raw(text.encode(), list) if isinstance(text, str) else None
+
+
+def _device_self(ops: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
+    """Per op: the total duration (ns) of the device events whose External id (their own, else their launch
+    call's) is the op's."""
+    dev = events[events["kind"].notna().to_numpy() & (events["dur_ns"].to_numpy() >= 0)]
+    ext = dev["external_id"].to_numpy()
+    launch_row = dev["launch_row"].to_numpy() if "launch_row" in dev else np.full(len(dev), -1)
+    via_launch = events["external_id"].to_numpy()[np.maximum(launch_row, 0)]
+    ext = np.where(ext >= 0, ext, np.where(launch_row >= 0, via_launch, -1))
+    per_ext = pd.Series(dev["dur_ns"].to_numpy(dtype=np.float64)).groupby(ext).sum()
+    per_ext = per_ext[per_ext.index >= 0]
+    own = ops["external_id"].to_numpy()
+    # An External id names one op; where a trace repeats one (a user annotation and its op), the innermost-named
+    # op (the last in time order) gets the kernels.
+    first = pd.Series(np.arange(len(ops)))[own >= 0].groupby(own[own >= 0]).last()
+    out = np.zeros(len(ops))
+    hit = per_ext.index.intersection(first.index)
+    out[first.loc[hit].to_numpy()] = per_ext.loc[hit].to_numpy()
+    return out
+
+
+def _step_of(start: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The step whose ProfilerStep span holds each op's start, -1 outside every step."""
+    if steps.empty:
+        return np.full(len(start), -1, dtype=np.int64)
+    ordered = steps.sort_values("start_ns")
+    lo, hi = ordered["start_ns"].to_numpy(), ordered["end_ns"].to_numpy()
+    at = np.searchsorted(lo, start, side="right") - 1
+    inside = (at >= 0) & (start < hi[np.maximum(at, 0)])
+    return np.where(inside, ordered["step"].to_numpy()[np.maximum(at, 0)], -1)
+
+
+def _grouped(per_call: pd.DataFrame, key: list[str], peaks, device_rank: bool) -> pd.DataFrame:
+    sums = ["calls", "host_self_us", "host_total_us", "device_self_us", "device_us", "flops", "bytes",
+            "counted_flops", "window_counted_flops", "flops_arg"]
+    grouped = per_call.groupby(key, observed=True, sort=False, dropna=False)
+    out = grouped[sums].sum(min_count=1).reset_index()
+    out["calls"] = out["calls"].astype(np.int64)
+    out["kind"] = grouped["kind"].first().to_numpy()
+    out["dtype"] = grouped["dtype"].agg(lambda v: v.iloc[0] if v.nunique(dropna=True) <= 1 else "mixed").to_numpy()
+    for col in ("flops", "bytes"):  # a sum over calls is known only when every call's is
+        known = grouped[col].apply(lambda v: bool(np.isfinite(v).all())).to_numpy()
+        out[col] = np.where(known, out[col].to_numpy(), np.nan)
+    measured_us = out["device_us"].to_numpy() if device_rank else out["host_total_us"].to_numpy()
+    measured_us = np.where(measured_us > 0, measured_us, np.nan)
+    out["achieved_tflops"] = out["flops"] / measured_us / 1e6
+    out["achieved_gbps"] = out["bytes"] / measured_us / 1e3
+    peak = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in out["dtype"]]) * 1e12
+    bandwidth = peaks.memory_gbps * 1e9 if peaks is not None else np.nan
+    compute_s, memory_s = out["flops"].to_numpy() / peak, out["bytes"].to_numpy() / bandwidth
+    # Both roofs where FLOPs are known (the dtype's peak must be too); the memory roof alone where they are not.
+    known = np.isfinite(memory_s) & (np.isfinite(compute_s) | ~np.isfinite(out["flops"].to_numpy()))
+    out["roofline_us"] = np.where(known, np.fmax(compute_s, memory_s) * 1e6, np.nan)
+    out["pct_of_roofline"] = out["roofline_us"] / measured_us * 100
+    return out.sort_values(["rank", "host_total_us"], ascending=[True, False], ignore_index=True)

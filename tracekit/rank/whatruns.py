@@ -1,0 +1,40 @@
+"""What ran on one rank: its kernel, operator and memory tables, from its classified events, host ops and
+``[memory]`` events (``tracekit.events.kernels``, ``.ops``, ``.memory``), with the device's peaks."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tracekit import devices
+from tracekit.events.kernels import kernel_table
+from tracekit.events.memory import memory_table, memory_timeline, top_allocators
+from tracekit.events.ops import op_tables, precision_facts
+from tracekit.read.opcolumns import MEMORY_COLUMNS, OP_COLUMNS
+from tracekit.read.reader import RankMeta
+
+
+def peaks_of(meta: RankMeta) -> devices.DevicePeaks | None:
+    """The device's datasheet peaks, when its deviceProperties name (and memory) identify one device."""
+    names = sorted({n for n in meta.device_names if n})
+    if len(names) != 1:
+        return None  # no device, or several kinds: no one peak
+    memory = meta.device_memory_bytes[0] if meta.device_memory_bytes else None
+    return devices.match(names[0], memory)
+
+
+def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, memory: pd.DataFrame | None,
+              steps: pd.DataFrame, window: pd.DataFrame, window_device: pd.DataFrame, device_rank: bool) -> dict:
+    """RankResult's kernels, ops, ops_by_shape, step_flops, op_steps, memory, memory_top and memory_timeline; and under ``quality`` and
+    ``facts`` the rank's data-quality and breakdown columns this adds."""
+    ops = pd.DataFrame(columns=list(OP_COLUMNS)) if ops is None else ops
+    memory = pd.DataFrame(columns=list(MEMORY_COLUMNS)) if memory is None else memory
+    peaks = peaks_of(meta) if device_rank else None
+    by_shape, by_name, step_flops, op_steps = op_tables(ops, events, steps, window, peaks, device_rank)
+    table = memory_table(memory, steps, meta.device_memory_bytes)
+    names = " / ".join(sorted({n for n in meta.device_names if n})) or "unnamed"
+    quality = {"memory_events": len(memory),
+               "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else ""}
+    return {"kernels": kernel_table(events, window_device), "ops": by_name, "ops_by_shape": by_shape,
+            "step_flops": step_flops, "op_steps": op_steps, "memory": table,
+            "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),
+            "quality": quality, "facts": precision_facts(by_shape)}

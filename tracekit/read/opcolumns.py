@@ -1,0 +1,96 @@
+"""Host ops and memory events -> columns: what the operator and memory tables read, kept compactly.
+
+Every ``cpu_op`` and ``user_annotation`` event becomes a row of the ops table, whatever the reader's host-op filter
+keeps in the events table: name, thread, times (int64 ns), ``External id`` (which links an op to the kernels it
+launched), the profiler's own ``flops`` arg and its shapes as recorded (``Input Dims``, ``Input type``,
+``Concrete Inputs``: the JSON text, categorical, decoded later once per distinct value). ``[memory]`` instant events
+(``profile_memory=True``) become the memory table: thread, time, ``Total Allocated``, ``Total Reserved``,
+``Bytes`` (negative: freed), ``Device Type``, ``Device Id`` and ``Addr``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from tracekit.read.categories import canonical_category
+
+OP_CATEGORIES = ("cpu_op", "user_annotation")
+OP_COLUMNS = ("rank", "name", "tid", "ts_ns", "dur_ns", "external_id", "flops_arg", "input_dims", "input_type",
+              "concrete_inputs")
+MEMORY_COLUMNS = ("rank", "tid", "ts_ns", "total_allocated", "total_reserved", "bytes", "device_type", "device_id",
+                  "addr")
+
+
+def op_columns(events: list) -> dict:
+    """The host ops and annotations of one chunk of complete events, as arrays and lists."""
+    cats = {c: canonical_category(c) in OP_CATEGORIES for c in {e.cat for e in events}}
+    ops = [e for e in events if cats[e.cat]]
+    args = [e.args for e in ops]
+    return {
+        "name": [e.name for e in ops], "tid": [str(e.tid) for e in ops],
+        "ts": _floats([e.ts for e in ops]), "dur": _floats([e.dur for e in ops]),
+        "external_id": _ids([None if a is None else a.external_id if a.external_id is not None else a.external_id_old
+                             for a in args]),
+        "flops_arg": _floats([None if a is None else a.flops for a in args]),
+        "input_dims": [_text(a, "input_dims") for a in args], "input_type": [_text(a, "input_type") for a in args],
+        "concrete_inputs": [_text(a, "concrete_inputs") for a in args],
+    }
+
+
+def memory_columns(instants: list) -> dict:
+    """One chunk's ``[memory]`` events as arrays."""
+    args = [e.args for e in instants]
+    return {"ts": _floats([e.ts for e in instants]), "tid": [str(e.tid) for e in instants],
+            "total_allocated": _floats([None if a is None else a.total_allocated for a in args]),
+            "total_reserved": _floats([None if a is None else a.total_reserved for a in args]),
+            "bytes": _floats([None if a is None else a.nbytes for a in args]),
+            "device_type": _ids([None if a is None else a.device_type for a in args]),
+            "device_id": _ids([None if a is None else a.device_id for a in args]),
+            "addr": _ids([None if a is None else a.addr for a in args])}
+
+
+def op_table(parts: list[dict], rank: int, base_ns: int, to_ns) -> pd.DataFrame:
+    """The ops table (``OP_COLUMNS``) of a rank's chunks; ``to_ns`` turns microseconds into int64 ns."""
+    def joined(key):
+        return [v for p in parts for v in p[key]]
+
+    ts = to_ns(np.concatenate([p["ts"] for p in parts] + [np.empty(0)]))
+    dur = to_ns(np.concatenate([p["dur"] for p in parts] + [np.empty(0)]))
+    return pd.DataFrame({
+        "rank": np.full(len(ts), rank, dtype=np.int32),
+        "name": pd.Categorical(joined("name")), "tid": pd.Categorical(joined("tid")),
+        "ts_ns": np.where(ts >= 0, ts + base_ns, ts), "dur_ns": dur,
+        "external_id": np.concatenate([p["external_id"] for p in parts] + [np.empty(0, dtype=np.int64)]),
+        "flops_arg": np.concatenate([p["flops_arg"] for p in parts] + [np.empty(0)]),
+        "input_dims": pd.Categorical(joined("input_dims")), "input_type": pd.Categorical(joined("input_type")),
+        "concrete_inputs": pd.Categorical(joined("concrete_inputs")),
+    }, columns=list(OP_COLUMNS))
+
+
+def memory_table(parts: list[dict], rank: int, base_ns: int, to_ns) -> pd.DataFrame:
+    """The memory table (``MEMORY_COLUMNS``) of a rank's chunks, in time order."""
+    ts = to_ns(np.concatenate([p["ts"] for p in parts] + [np.empty(0)]))
+    frame = pd.DataFrame({"rank": np.full(len(ts), rank, dtype=np.int32),
+                          "tid": pd.Categorical([t for p in parts for t in p["tid"]]), "ts_ns": ts + base_ns,
+                          **{c: np.concatenate([p[c] for p in parts] + [np.empty(0)])
+                             for c in MEMORY_COLUMNS[3:]}}, columns=list(MEMORY_COLUMNS))
+    frame[["device_type", "device_id", "addr"]] = frame[["device_type", "device_id", "addr"]].astype(np.int64)
+    return frame[ts >= 0].sort_values("ts_ns", kind="stable", ignore_index=True)
+
+
+def _text(args, field: str) -> str | None:
+    raw = None if args is None else getattr(args, field)
+    return bytes(raw).decode() if raw is not None and len(raw) else None
+
+
+def _floats(values: list) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _ids(values: list) -> np.ndarray:
+    try:
+        return pa.array(values, type=pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False, writable=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return np.array([v if isinstance(v, int) else -1 for v in values], dtype=np.int64)

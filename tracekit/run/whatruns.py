@@ -1,0 +1,56 @@
+"""What ran, across ranks: every rank's kernel, operator and memory tables joined, the kernels' spread across ranks,
+and each step's matmul FLOPs and MFU (model FLOPs utilisation).
+
+MFU of a step = the time its counted matmul-class FLOPs take at the device's dense peak for the dtype each op ran
+in, over the step's time: with one dtype, FLOPs / step time / peak. NaN where the device or a FLOP count is unknown.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.events.kernels import rank_spread
+from tracekit.opschema import (KERNEL_COLUMNS, MEMORY_COLUMNS, MEMORY_TIMELINE_COLUMNS, MEMORY_TOP_COLUMNS,
+                               OP_COLUMNS, OP_SHAPE_COLUMNS, OP_STEP_COLUMNS, STEP_FLOP_COLUMNS)
+
+TABLES = {"kernels": KERNEL_COLUMNS, "ops": OP_COLUMNS, "ops_by_shape": OP_SHAPE_COLUMNS, "op_steps": OP_STEP_COLUMNS,
+          "memory": MEMORY_COLUMNS, "memory_top": MEMORY_TOP_COLUMNS, "memory_timeline": MEMORY_TIMELINE_COLUMNS}
+
+
+def joined_tables(results, on_run_clock) -> dict[str, pd.DataFrame]:
+    """The run's kernels, ops, ops_by_shape, op_steps, memory, memory_top and memory_timeline: the ranks' rows in
+    rank order; ``on_run_clock`` puts a table's absolute ``start_ns`` on the run's clock as ``start_us``."""
+    out = {}
+    for name, columns in TABLES.items():
+        parts = [getattr(r, name) for r in results if len(getattr(r, name))]
+        out[name] = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(columns))
+    timeline = out["memory_timeline"]
+    out["memory_timeline"] = on_run_clock(timeline) if "start_ns" in timeline else timeline
+    out["kernels"] = rank_spread(out["kernels"]) if len(out["kernels"]) else pd.DataFrame(
+        columns=list(KERNEL_COLUMNS))
+    return out
+
+
+def with_step_flops(steps: pd.DataFrame, results) -> pd.DataFrame:
+    """The steps table with ``matmul_flops``, ``matmul_at_peak_us`` and ``mfu_pct`` (NaN where unknown)."""
+    parts = [r.step_flops for r in results if len(r.step_flops)]
+    flops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(STEP_FLOP_COLUMNS))
+    flops = flops.astype({"rank": np.int64, "step": np.int64, "matmul_flops": float, "matmul_at_peak_us": float})
+    out = steps.astype({"rank": np.int64, "step": np.int64}).merge(flops, on=["rank", "step"], how="left",
+                                                                    indicator=True)
+    # A step of a rank whose ops were read, with no op in it: no matmul FLOPs, a known 0. A rank without ops: unknown.
+    read = {r.meta.rank for r in results if len(r.ops)}
+    empty = (out.pop("_merge") == "left_only").to_numpy() & out["rank"].isin(read).to_numpy()
+    out.loc[empty, ["matmul_flops", "matmul_at_peak_us"]] = 0.0
+    out["mfu_pct"] = out["matmul_at_peak_us"] / out["step_us"] * 100
+    return out.astype({"rank": steps["rank"].dtype, "step": steps["step"].dtype}) if len(steps) else out
+
+
+def rank_flops(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank over its window steps: mean matmul FLOPs per step and MFU (sum of at-peak time / sum of step time)."""
+    window = steps[steps["in_window"].astype(bool)] if len(steps) else steps
+    grouped = window.groupby("rank")
+    at_peak = grouped["matmul_at_peak_us"].agg(lambda v: v.sum(skipna=False))
+    return pd.DataFrame({"matmul_flops_per_step": grouped["matmul_flops"].agg(lambda v: v.mean(skipna=False)),
+                         "mfu_pct": at_peak / grouped["step_us"].sum() * 100}).reset_index()

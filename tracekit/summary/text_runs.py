@@ -1,0 +1,93 @@
+"""The text report's "what ran" part: the top kernels and ops, MFU per rank and the memory peaks. Reads a Summary
+only; the numbers are its tables', in the report's units (ms, MB, TFLOPS/s, %)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from tracekit.fmt import is_unknown, mb, ms, num, pct
+
+if TYPE_CHECKING:  # read only
+    from tracekit.summary.model import Summary
+
+TOP = 8
+_NAME_WIDTH = 60
+
+
+def what_ran_lines(summary: Summary) -> list[str]:
+    """Top kernels, top ops, MFU and memory, each section only when its table has rows."""
+    lines: list[str] = []
+    if len(summary.kernels):
+        lines += [f"Top kernels in the window, all ranks together (of {summary.kernels['name'].nunique():,} names)",
+                  _kernels(summary.kernels), ""]
+    if len(summary.ops):
+        lines += ["Top ops, all ranks together (host and device ms over the whole trace; FLOPs from shapes)",
+                  _ops(summary.ops), ""]
+    if "mfu_pct" in summary.ranks and summary.ranks["matmul_flops_per_step"].notna().any():
+        lines += ["Matmul FLOPs and MFU per rank (window steps; MFU against the device's dense datasheet peak)",
+                  _mfu(summary.ranks), ""]
+    if len(summary.memory):
+        lines += ["Memory per rank and device (profile_memory), MB", _memory(summary.memory), ""]
+    return lines
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _NAME_WIDTH else name[:_NAME_WIDTH - 3] + "..."
+
+
+def _kernels(kernels: pd.DataFrame) -> str:
+    grouped = kernels.groupby(["name", "kind"], observed=True)
+    table = pd.DataFrame({"calls": grouped["calls"].sum(), "total_us": grouped["total_us"].sum()}).reset_index()
+    kind_total = table.groupby("kind")["total_us"].transform("sum")
+    table = table.sort_values("total_us", ascending=False).head(TOP)
+    shown = pd.DataFrame({"kernel": table["name"].map(_short), "kind": table["kind"], "calls": table["calls"],
+                          "total ms": table["total_us"].map(ms),
+                          "mean us": [num(t / c if c else float("nan"), 1) for t, c in zip(table["total_us"],
+                                                                                          table["calls"])],
+                          "% of kind": [pct(t / k * 100 if k else float("nan")) for t, k in
+                                        zip(table["total_us"], kind_total.loc[table.index])]})
+    return _indent(shown.to_string(index=False))
+
+
+def _ops(ops: pd.DataFrame) -> str:
+    grouped = ops.groupby("name", observed=True)
+    device = grouped["device_us"].agg(lambda v: v.sum(skipna=False))
+    table = pd.DataFrame({"calls": grouped["calls"].sum(), "host_self_us": grouped["host_self_us"].sum(),
+                          "host_total_us": grouped["host_total_us"].sum(), "device_us": device,
+                          "flops": grouped["flops"].agg(lambda v: v.sum(skipna=False))}).reset_index()
+    # Leaves first: an op's own time says where it goes; by device time where there is a device.
+    key = "device_us" if table["device_us"].notna().any() else "host_self_us"
+    table = table.sort_values(key, ascending=False).head(TOP)
+    shown = pd.DataFrame({"op": table["name"].map(_short), "calls": table["calls"],
+                          "host self ms": table["host_self_us"].map(ms), "host ms": table["host_total_us"].map(ms),
+                          "device ms": table["device_us"].map(ms),
+                          "GFLOP": [num(f / 1e9, 2) for f in table["flops"]]})
+    return _indent(shown.to_string(index=False))
+
+
+def _mfu(ranks: pd.DataFrame) -> str:
+    shown = pd.DataFrame({"rank": ranks["rank"], "device": ranks["device"],
+                          "GFLOP/step": [num(f / 1e9, 2) for f in ranks["matmul_flops_per_step"]],
+                          "TFLOPS/s": [num(f / s / 1e6, 2) if not (is_unknown(f) or is_unknown(s)) else "unknown"
+                                       for f, s in zip(ranks["matmul_flops_per_step"], ranks["step_time_us"])],
+                          "MFU %": [num(m, 1) for m in ranks["mfu_pct"]]})
+    return _indent(shown.to_string(index=False))
+
+
+def _memory(memory: pd.DataFrame) -> str:
+    grouped = memory.groupby(["rank", "device"], observed=True, sort=True)
+    table = grouped.agg(peak=("peak_allocated_bytes", "max"), reserved=("peak_reserved_bytes", "max"),
+                        capacity=("device_memory_bytes", "first")).reset_index()
+    growth = grouped["growth_bytes"].agg(lambda v: v.dropna().mean() if v.notna().any() else float("nan"))
+    shown = pd.DataFrame({"rank": table["rank"], "device": table["device"], "peak allocated": table["peak"].map(mb),
+                          "peak reserved": table["reserved"].map(mb), "device memory": table["capacity"].map(mb),
+                          "growth/step": growth.to_numpy() if len(growth) else [],
+                          })
+    shown["growth/step"] = shown["growth/step"].map(mb)
+    return _indent(shown.to_string(index=False))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
