@@ -183,3 +183,67 @@ def test_a_bf16_gemm_whose_kernel_name_hides_it_is_reduced_precision(tmp_path):
     assert s.ranks.loc[0, "matmul_reduced_us"] == s.ranks.loc[0, "matmul_device_us"] == 2400  # 3 x 800, whole trace
     assert s.ranks.loc[0, "reduced_precision_us"] == 0  # what the kernel names alone say
     assert "no_reduced_precision" not in [f.kind for f in s.findings]
+
+
+def _mem(ts, nbytes, total, addr, reserved=None):
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": 1, "ts": ts, "s": "t",
+            "args": {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes, "Total Allocated": total,
+                     "Total Reserved": total if reserved is None else reserved}}
+
+
+def _memory_run(tmp_path, totals, capacity):
+    """Steps 1..4 of 1000 us (the window: 1-3); in step k one allocation brings Total Allocated to totals[k-1]."""
+    events, prev = [], 0
+    for k, total in enumerate(totals, start=1):
+        events += [step(k, (k - 1) * 1000, 1000), _mem((k - 1) * 1000 + 10, total - prev, total, k)]
+        prev = total
+    props = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": capacity}]
+    return _gpu_run(tmp_path, events, deviceProperties=props)
+
+
+def test_a_device_near_its_memory_is_a_finding(tmp_path):
+    s = _memory_run(tmp_path / "full", [90e9, 90e9, 90e9, 90e9], 100e9)  # 90% of 100 GB: medium
+    found = {f.kind: f for f in s.findings}["memory_near_capacity"]
+    assert found.severity == "medium" and found.evidence["share"] == pytest.approx(0.9)
+    assert "90%" in found.message and "cuda:0" in found.message
+    s = _memory_run(tmp_path / "roomy", [50e9] * 4, 100e9)
+    assert "memory_near_capacity" not in [f.kind for f in s.findings]
+
+
+def test_memory_that_grows_every_step_is_a_finding(tmp_path):
+    s = _memory_run(tmp_path / "leak", [1e9, 1.1e9, 1.2e9, 1.3e9], 100e9)  # +0.1 GB per window step
+    found = {f.kind: f for f in s.findings}["memory_growth"]
+    # Window steps 1-3 end at 1.0, 1.1, 1.2 GB: +200 MB over 3 steps, 16.7% of the 1.2 GB peak.
+    assert found.evidence["growth_bytes"] == pytest.approx(0.2e9) and found.evidence["steps"] == 3
+    assert found.evidence["share"] == pytest.approx(0.2 / 1.2)
+    s = _memory_run(tmp_path / "steady", [1e9, 1e9, 1e9, 1e9], 100e9)
+    assert "memory_growth" not in [f.kind for f in s.findings]
+
+
+@pytest.mark.parametrize("run", ["resnet-gloo-2rank-memory", "resnet-gloo-2rank-bf16"])
+def test_flops_per_step_agree_with_flop_counter_mode(run):
+    """The workload counted one optimizer step with torch's FlopCounterMode (run.json); tracekit's FLOPs from the
+    trace's shapes must agree within 3% (they are equal: the formulas are FlopCounterMode's)."""
+    from pathlib import Path
+
+    s = tracekit.summarize(Path(__file__).resolve().parents[1] / "sample_traces" / run, cache=False, workers=1)
+    reference = s.run.workload.flop_counter_flops_per_step
+    window = s.steps[s.steps["in_window"]]
+    assert reference > 0 and len(window) >= 2
+    for value in window["matmul_flops"]:
+        assert value == pytest.approx(reference, rel=0.03)
+
+
+def test_the_bundled_memory_run_holds_its_raw_peak():
+    """The largest Total Allocated in the raw [memory] events is the memory table's peak, per rank."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[1] / "sample_traces" / "resnet-gloo-2rank-memory"
+    s = tracekit.summarize(run, cache=False, workers=1)
+    for path in sorted(run.glob("rank-*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        rank = doc["distributedInfo"]["rank"]
+        raw = max(e["args"]["Total Allocated"] for e in doc["traceEvents"] if e.get("name") == "[memory]")
+        assert s.memory.loc[s.memory["rank"] == rank, "peak_allocated_bytes"].max() == raw

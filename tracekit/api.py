@@ -17,6 +17,7 @@ from tracekit.run import crossrank
 from tracekit.run import whatruns
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
+from tracekit.findings import memory_findings
 from tracekit.events import metrics
 from tracekit.predict import replay
 from tracekit.predict import scenarios as predict
@@ -145,6 +146,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
 
     steps = whatruns.with_step_flops(steps, results)
     ranks = _rank_table(results, steps, collectives)
+    tables = whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns))
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0
     offsets["corrected"] = offsets["rank"].isin(list(shift))
     evidence = crossrank.arrival_evidence(collectives, window_steps)
@@ -153,9 +155,9 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                      straggler_suspicions=crossrank.verdict(evidence, "suspected"))
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=fsdp_findings.merged(findings.find(ranks, collectives, slow, run), fsdp, steps),
-                   data_quality=_data_quality(results), fsdp=fsdp,
-                   **whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns)))
+                   findings=memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
+                                                                        fsdp, steps), tables["memory"], steps),
+                   data_quality=_data_quality(results), fsdp=fsdp, **tables)
     stage("replaying")
     return predict.with_predictions(summary, [r.graph for r in results], shift)
 

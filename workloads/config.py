@@ -49,6 +49,8 @@ class TrainConfig:
     straggler_rank: int | None = None
     straggler_ms: float = 0.0
     fail_rank: int | None = None
+    profile_memory: bool = False
+    with_flops: bool = False
 
     def __post_init__(self) -> None:
         _check(self.steps >= 1, f"--steps must be >= 1, got {self.steps}")
@@ -137,6 +139,11 @@ def base_parser(prog: str, manual: str) -> Parser:
     prof.add_argument("--wait", type=int, default=2, help="steps before the profiler starts")
     prof.add_argument("--warmup", type=int, default=1, help="profiler warm-up steps (recorded, then discarded)")
     prof.add_argument("--active", type=int, default=3, help="steps recorded in the trace")
+    prof.add_argument("--profile-memory", action="store_true", default=None,
+                      help="record allocations ([memory] events) in the trace: tracekit's memory tables")
+    prof.add_argument("--with-flops", action="store_true", default=None,
+                      help="the profiler's own FLOPs estimate on matmul and conv ops (tracekit computes FLOPs from "
+                           "shapes either way)")
     prof.add_argument("--straggler-rank", type=int, help="rank that sleeps before every forward pass")
     prof.add_argument("--straggler-ms", type=float, default=0.0, help="how long the straggler sleeps, in ms")
     prof.add_argument("--fail-rank", type=int, help=argparse.SUPPRESS)  # tests: this rank raises at step 1

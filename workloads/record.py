@@ -79,6 +79,7 @@ def profiling(cfg: TrainConfig, rank: Rank) -> Iterator[torch.profiler.profile |
         os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)  # read when Kineto starts, just below
     schedule = torch.profiler.schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=1)
     with torch.profiler.profile(activities=activities, schedule=schedule, record_shapes=True,
+                                profile_memory=cfg.profile_memory, with_flops=cfg.with_flops,
                                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
         yield prof
     if hasattr(prof, "wait_for_exports"):
@@ -126,8 +127,11 @@ class StepClock:
         return round(self.samples_per_step * len(step_ms) / sum(step_ms) * 1e3, 3) if step_ms else None
 
 
-def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.nn.Module, workload: str) -> Path:
-    """Write run.json into cfg.out (rank 0 only): config, job, versions, parameter count, step times, throughput."""
+def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.nn.Module, workload: str,
+                   flops_per_step: float | None = None) -> Path:
+    """Write run.json into cfg.out (rank 0 only): config, job, versions, parameter count, step times, throughput,
+    and ``flop_counter_flops_per_step``: FlopCounterMode's count of one optimizer step on one rank (None if not
+    counted)."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     run = {
@@ -146,6 +150,7 @@ def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.
         "traces": [trace_name(r) for r in range(rank.world_size)] if cfg.profile else [],
         "step_ms": [round(ms, 3) for ms in clock.step_ms],
         "throughput_samples_per_s": clock.throughput(),
+        "flop_counter_flops_per_step": flops_per_step,
         "argv": sys.argv[1:],
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }

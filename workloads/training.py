@@ -100,8 +100,25 @@ def run(workload: Workload, rank: Rank, cfg: TrainConfig) -> None:
             clock.stop(step, loss.item() * cfg.accum)
             if prof is not None:
                 prof.step()
+    flops = count_step_flops(workload, model, batch, cfg, rank)
+    optimizer.zero_grad(set_to_none=True)
     if rank.is_main:
-        print(f"{clock.summary()}\nwrote {record.write_run_json(cfg, rank, clock, model, workload.name)}", flush=True)
+        path = record.write_run_json(cfg, rank, clock, model, workload.name, flops)
+        print(f"{clock.summary()}\nwrote {path}", flush=True)
+
+
+def count_step_flops(workload: Workload, model: torch.nn.Module, batch: Any, cfg: TrainConfig, rank: Rank) -> float:
+    """torch's own FLOPs count (``FlopCounterMode``) of one optimizer step on this rank: forward and backward of the
+    last micro-batch, times the micro-batches per step. Every rank runs it (a sharded model's backward is
+    collective); the gradients it leaves are zeroed by the caller. The reference tracekit's FLOPs are checked
+    against."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        with autocast(cfg, rank):
+            loss = workload.loss(model, batch, cfg) / cfg.accum
+        loss.backward()
+    return float(counter.get_total_flops() * cfg.accum)
 
 
 @contextlib.contextmanager

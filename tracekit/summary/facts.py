@@ -72,6 +72,7 @@ class WorkloadRun:
     throughput_samples_per_s: dict[str, float | None] | None = None  # as written; read it as the two fields below
     argv: tuple[str, ...] | None = None
     created: str | None = None  # ISO 8601 with the UTC offset
+    flop_counter_flops_per_step: float | None = None  # FlopCounterMode's count of one optimizer step on one rank
     extra: dict[str, Any] = field(default_factory=dict)
     throughput_unprofiled: float = field(init=False)
     throughput_profiled: float = field(init=False)
@@ -202,5 +203,5 @@ _READ = {
     "devices": _tuple_of(str), "versions": _of(dict), "trainable_params": _of(int), "optimizer_steps": _of(int),
     "micro_batches_per_step": _of(int), "samples_per_step": _of(int), "profiled_steps": _tuple_of(int),
     "traces": _tuple_of(str), "step_ms": _tuple_of((int, float)), "throughput_samples_per_s": _rates,
-    "argv": _tuple_of(str), "created": _of(str),
+    "argv": _tuple_of(str), "created": _of(str), "flop_counter_flops_per_step": _of((int, float)),
 }
