@@ -247,3 +247,37 @@ def test_the_bundled_memory_run_holds_its_raw_peak():
         rank = doc["distributedInfo"]["rank"]
         raw = max(e["args"]["Total Allocated"] for e in doc["traceEvents"] if e.get("name") == "[memory]")
         assert s.memory.loc[s.memory["rank"] == rank, "peak_allocated_bytes"].max() == raw
+
+
+def test_where_optimisation_pays_by_replay(tmp_path):
+    """Each 1000 us step: a bf16 mm (M=N=K=4096) launches a 895 us kernel [100, 995) that the host waits for in a
+    cudaDeviceSynchronize; the next step starts 5 us later. On an A100 SXM4 80GB the mm's roofline is
+    2*4096^3 / 312 TFLOPS = 440.5 us (its 100.7 MB at 2039 GB/s take 49.4 us): at it, the kernel ends at 540.5
+    and so does the sync, and the step is 454.5 us shorter: 545.5 us, -45.5%."""
+    mm = {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
+    events = []
+    for k in (1, 2, 3):
+        t = (k - 1) * 1000
+        events += [step(k, t, 1000), cpu("aten::mm", t + 10, 40, **{"External id": k, **mm}),
+                   {**launch(t + 20, correlation=k), "args": {"correlation": k, "External id": k}},
+                   cpu("cudaDeviceSynchronize", t + 60, 935, cat="cuda_runtime"),
+                   kernel("ampere_bf16_gemm", t + 100, 895, correlation=k, **{"External id": k})]
+    s = _gpu_run(tmp_path, events, deviceProperties=A100)
+    roofline = 2 * 4096 ** 3 / 312e12 * 1e6
+    opt = s.optimization.set_index("name")
+    assert opt.loc["aten::mm", "roofline_us"] == pytest.approx(3 * roofline)  # three calls
+    assert opt.loc["aten::mm", "critical_path_us"] == pytest.approx(895)  # per step, the whole kernel
+    assert opt.loc["aten::mm", "predicted_saving_us"] == pytest.approx(895 - roofline, rel=1e-6)
+    assert opt.loc["aten::mm", "saving_pct"] == pytest.approx((895 - roofline) / 1000 * 100, rel=1e-6)
+    found = {f.kind: f for f in s.findings}["roofline_gap"]
+    assert found.severity == "high" and "aten::mm" in found.message and "-45%" in found.message
+
+
+def test_the_profilers_own_flops_arg_is_read(tmp_path):
+    """with_flops=True writes a 'flops' arg on matmul ops: kept beside tracekit's count, summed over calls."""
+    mm = {"Input Dims": [[64, 128], [128, 32]], "Input type": ["float", "float"], "flops": 524288}
+    events = [step(1, 0, 1000), step(2, 1000, 1000), cpu("aten::mm", 10, 50, **{"External id": 1, **mm}),
+              cpu("aten::mm", 1010, 50, **{"External id": 2, **mm})]
+    s = _gpu_run(tmp_path, events, deviceProperties=A100)
+    row = s.ops.set_index("name").loc["aten::mm"]
+    assert row["flops_arg"] == 2 * 524288 and row["flops"] == 2 * 2 * 64 * 128 * 32

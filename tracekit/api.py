@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import dataclasses
 import threading
 
 import msgspec
@@ -18,6 +19,7 @@ from tracekit.run import whatruns
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
 from tracekit.findings import memory_findings
+from tracekit.findings import roofline_findings
 from tracekit.events import metrics
 from tracekit.predict import replay
 from tracekit.predict import scenarios as predict
@@ -159,7 +161,10 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                                                                         fsdp, steps), tables["memory"], steps),
                    data_quality=_data_quality(results), fsdp=fsdp, **tables)
     stage("replaying")
-    return predict.with_predictions(summary, [r.graph for r in results], shift)
+    parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
+    summary = predict.with_predictions(summary, [r.graph for r in results], shift,
+                                       pd.concat(parts, ignore_index=True) if parts else None)
+    return dataclasses.replace(summary, findings=roofline_findings.merged(summary.findings, summary.optimization))
 
 
 def _data_quality(results: list[RankResult]) -> pd.DataFrame:

@@ -88,3 +88,14 @@ OP_STEP_COLUMNS = {
     "calls": "calls that started in the step", "host_self_us": "their host self time",
     "device_self_us": "their own device events' time (NaN on CPU-only ranks)",
 }
+# summary.optimization: where optimisation pays (tracekit.predict.optimize), one row per candidate op.
+OPTIMIZATION_COLUMNS = {
+    "name": "op name", "ranks": "ranks it runs on with a known roofline",
+    "critical_path_us": "its events' own time on the steps' critical paths, per step",
+    "measured_us": "its measured time over the whole trace, all ranks (device on device ranks, host on CPU-only)",
+    "roofline_us": "the same at the device's roofs (summary.ops.roofline_us)",
+    "pct_of_roofline": "roofline_us / measured_us x 100",
+    "predicted_step_us": "the replayed step time with its events at their roofline time",
+    "predicted_saving_us": "baseline step time - predicted_step_us, per step",
+    "saving_pct": "predicted_saving_us as a share of the baseline step",
+}

@@ -85,7 +85,8 @@ def _summarize(args) -> int:
 def _add_compare(commands) -> None:
     cmd = commands.add_parser("compare", help="compare two runs side by side",
                               description="Step time and its parts, throughput, idle by cause and collectives per "
-                                          "step of two runs, with ratios b / a.")
+                                          "step of two runs, with ratios b / a; then the ops and device kernels "
+                                          "whose time per step changed most (calls and ms per step, b - a).")
     cmd.add_argument("dir_a", help="first run (the baseline)")
     cmd.add_argument("dir_b", help="second run; ratios are b / a")
     add_json_options(cmd, "print JSON instead of the table")

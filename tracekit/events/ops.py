@@ -105,24 +105,43 @@ def _decoded(text) -> list | None:
     return decode_raw(text.encode(), list) if isinstance(text, str) else None
 
 
-def _device_self(ops: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
-    """Per op: the total duration (ns) of the device events whose External id (their own, else their launch
-    call's) is the op's."""
+def _launching_op(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """(device events, the row in ``ops`` of the op that launched each, -1 when unknown): the op whose External id
+    is the event's own, else its launch call's."""
     dev = events[events["kind"].notna().to_numpy() & (events["dur_ns"].to_numpy() >= 0)]
     ext = dev["external_id"].to_numpy()
     launch_row = dev["launch_row"].to_numpy() if "launch_row" in dev else np.full(len(dev), -1)
     via_launch = events["external_id"].to_numpy()[np.maximum(launch_row, 0)]
     ext = np.where(ext >= 0, ext, np.where(launch_row >= 0, via_launch, -1))
-    per_ext = pd.Series(dev["dur_ns"].to_numpy(dtype=np.float64)).groupby(ext).sum()
-    per_ext = per_ext[per_ext.index >= 0]
     own = ops["external_id"].to_numpy()
-    # An External id names one op; where a trace repeats one (a user annotation and its op), the innermost-named
-    # op (the last in time order) gets the kernels.
-    first = pd.Series(np.arange(len(ops)))[own >= 0].groupby(own[own >= 0]).last()
+    # An External id names one op; where a trace repeats one (a user annotation and its op), the op written
+    # last gets the kernels.
+    row_of = pd.Series(np.arange(len(ops)))[own >= 0].groupby(own[own >= 0]).last()
+    rows = row_of.reindex(ext).to_numpy()
+    return dev, np.where(np.isnan(rows), -1, np.nan_to_num(rows, nan=-1)).astype(np.int64)
+
+
+def _device_self(ops: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
+    """Per op: the total duration (ns) of the device events it launched."""
+    dev, row = _launching_op(ops, events)
     out = np.zeros(len(ops))
-    hit = per_ext.index.intersection(first.index)
-    out[first.loc[hit].to_numpy()] = per_ext.loc[hit].to_numpy()
+    known = row >= 0
+    np.add.at(out, row[known], dev["dur_ns"].to_numpy(dtype=np.float64)[known])
     return out
+
+
+def kernel_ops(ops: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Per device event name of a rank, the op that launched most of its time (rank, kernel, op)."""
+    ops = ops[ops["dur_ns"].to_numpy() >= 0].reset_index(drop=True)
+    if ops.empty:
+        return pd.DataFrame(columns=["rank", "kernel", "op"])
+    dev, row = _launching_op(ops, events)
+    known = row >= 0
+    frame = pd.DataFrame({"rank": dev["rank"].to_numpy()[known], "kernel": dev["name"].astype(str).to_numpy()[known],
+                          "op": ops["name"].astype(str).to_numpy()[row[known]],
+                          "ns": dev["dur_ns"].to_numpy()[known]})
+    totals = frame.groupby(["rank", "kernel", "op"], as_index=False)["ns"].sum()
+    return totals.sort_values("ns", ascending=False).drop_duplicates(["rank", "kernel"])[["rank", "kernel", "op"]]
 
 
 def _step_of(start: np.ndarray, steps: pd.DataFrame) -> np.ndarray:

@@ -234,10 +234,12 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
     return tuple(out)
 
 
-def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int]):
-    """The Summary with its run graph, the critical path of each window step, and findings quoting the saving the
-    replay predicts for their fix. ``graphs``: each rank's ``RankResult.graph``, in the order of its collectives in
-    ``summary.collectives``; ``shift``: the clock correction per rank (ns)."""
+def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
+                     kernel_ops: pd.DataFrame | None = None):
+    """The Summary with its run graph, the critical path of each window step, findings quoting the saving the
+    replay predicts for their fix, and where optimisation pays (``optimize.optimization``). ``graphs``: each rank's
+    ``RankResult.graph``, in the order of its collectives in ``summary.collectives``; ``shift``: the clock
+    correction per rank (ns); ``kernel_ops``: each kernel name's launching op per rank."""
     from tracekit.predict.critical_path import critical_paths
     from tracekit.run.rungraph import run_graph
 
@@ -247,5 +249,11 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int])
         return dataclasses.replace(summary, graph=graph)
     model = replay.measure(graph)  # one model for the critical path and every prediction the findings quote
     path, events = critical_paths(graph, model, window_steps)
+    from tracekit.predict.optimize import optimization
+
+    kernel_ops = pd.DataFrame(columns=["rank", "kernel", "op"]) if kernel_ops is None else kernel_ops
+    device_ranks = {int(r) for r in summary.ranks.loc[summary.ranks["device"] != "cpu", "rank"]}
+    gains = optimization(graph, model, window_steps, summary.ops, kernel_ops, device_ranks, events)
     return dataclasses.replace(summary, graph=graph, critical_path=path, critical_path_events=events,
-                               findings=annotate_findings(summary.findings, graph, window_steps, model))
+                               findings=annotate_findings(summary.findings, graph, window_steps, model),
+                               optimization=gains)

@@ -47,6 +47,7 @@ class RankResult:
     memory_top: pd.DataFrame = field(default_factory=pd.DataFrame)  # memory.top_allocators
     memory_timeline: pd.DataFrame = field(default_factory=pd.DataFrame)  # memory.memory_timeline (absolute ns)
     op_steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.op_tables: per window step
+    kernel_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.kernel_ops: each kernel's launching op
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:

@@ -8,7 +8,7 @@ import pandas as pd
 from tracekit import devices
 from tracekit.events.kernels import kernel_table
 from tracekit.events.memory import memory_table, memory_timeline, top_allocators
-from tracekit.events.ops import op_tables, precision_facts
+from tracekit.events.ops import kernel_ops, op_tables, precision_facts
 from tracekit.read.opcolumns import MEMORY_COLUMNS, OP_COLUMNS
 from tracekit.read.reader import RankMeta
 
@@ -37,4 +37,6 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     return {"kernels": kernel_table(events, window_device), "ops": by_name, "ops_by_shape": by_shape,
             "step_flops": step_flops, "op_steps": op_steps, "memory": table,
             "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),
+            "kernel_ops": kernel_ops(ops, events) if device_rank and len(ops) else pd.DataFrame(
+                columns=["rank", "kernel", "op"]),
             "quality": quality, "facts": precision_facts(by_shape)}

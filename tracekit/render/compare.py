@@ -8,18 +8,20 @@ exposed_comm_ms + memory_ms + idle_ms == step_time_ms``, and runs with different
 Collective counts and sizes per step are 0 for an op a run never calls; its bandwidth is then n/a.
 ``throughput_samples_per_s`` is the un-profiled throughput from the workload's run.json (unknown without one).
 ``ratio`` is b / a: below 1 means run b spends less (or, for throughput and bandwidth, reaches less).
+``ops`` and ``kernels`` are the same per op and per device kernel name, per window step (``compare_ops``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from tracekit.events.causes import CAUSES as IDLE_CAUSES  # idle_<cause>_ms add up to idle_ms
 from tracekit.fmt import NOT_APPLICABLE, is_unknown, num
+from tracekit.render import compare_ops
 from tracekit.summary.model import Summary
 
 PARTS = ("compute_ms", "overlapped_comm_ms", "exposed_comm_ms", "memory_ms", "idle_ms")  # add up to step_time_ms
@@ -27,17 +29,26 @@ PARTS = ("compute_ms", "overlapped_comm_ms", "exposed_comm_ms", "memory_ms", "id
 
 @dataclass(frozen=True)
 class Comparison:
-    """``table``: one row per metric with columns metric, unit, a, b, ratio (b / a)."""
+    """``table``: one row per metric with columns metric, unit, a, b, ratio (b / a). ``ops`` and ``kernels``: one
+    row per op (device kernel) name with each run's calls and ms per window step, ``change_ms`` (b - a), ``ratio``
+    and ``status`` (both / added / removed), largest change first; ``op_time``: which self time the ops' ms are in
+    each run (device, or host on CPU-only runs). ``has_ops``/``has_kernels``: whether either run has any at all."""
 
     a: str
     b: str
     table: pd.DataFrame
+    ops: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(compare_ops.COLUMNS)))
+    kernels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(compare_ops.COLUMNS)))
+    op_time: tuple[str, str] = ("host", "host")
+    has_ops: bool = False
+    has_kernels: bool = False
 
     def to_dict(self) -> dict:
         """Plain values: the two sources and one record per metric (NaN as None)."""
         rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                 for r in self.table.to_dict("records")]
-        return {"a": self.a, "b": self.b, "metrics": rows}
+        return {"a": self.a, "b": self.b, "metrics": rows, "op_time": {"a": self.op_time[0], "b": self.op_time[1]},
+                "ops": compare_ops.records(self.ops), "kernels": compare_ops.records(self.kernels)}
 
     def __str__(self) -> str:
         table = self.table
@@ -48,7 +59,8 @@ class Comparison:
                              ratio=table["ratio"].map(lambda r: NOT_APPLICABLE if is_unknown(r) else f"{r:.2f}x"))
         header = (f"a: {self.a}\nb: {self.b}\n(ratio = b / a; times per optimizer step, mean over ranks; "
                   f"{' + '.join(PARTS)} = step_time_ms; n/a: no calls)\n")
-        return header + shown.to_string(index=False) + "\n"
+        return (header + shown.to_string(index=False) + "\n\n"
+                + compare_ops.text(self.ops, self.kernels, self.op_time, self.has_ops, self.has_kernels))
 
 
 def compare(sa: Summary, sb: Summary) -> Comparison:
@@ -65,7 +77,10 @@ def compare(sa: Summary, sb: Summary) -> Comparison:
     })
     with np.errstate(divide="ignore", invalid="ignore"):
         table["ratio"] = np.where(table["a"] != 0, table["b"] / table["a"], np.nan)
-    return Comparison(a=sa.run.source or "a", b=sb.run.source or "b", table=table)
+    return Comparison(a=sa.run.source or "a", b=sb.run.source or "b", table=table,
+                      ops=compare_ops.op_table(sa, sb), kernels=compare_ops.kernel_table(sa, sb),
+                      op_time=(compare_ops.op_time(sa), compare_ops.op_time(sb)),
+                      has_ops=bool(len(sa.ops) or len(sb.ops)), has_kernels=bool(len(sa.kernels) or len(sb.kernels)))
 
 
 def _calls(s: Summary) -> pd.DataFrame:

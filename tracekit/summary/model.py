@@ -44,6 +44,8 @@ class Summary:
       memory       one row per rank x device x step from ``[memory]`` events: peaks, start, end, growth
                    (``tracekit.events.memory``); ``memory_top`` the ops live at each device's peak,
                    ``memory_timeline`` allocated and reserved over time; ``op_steps`` each op's time per window step
+      optimization where optimisation pays: ops' critical-path time and the replayed saving at their roofline
+                   (``tracekit.predict.optimize``)
     ``findings`` lists what to change, most severe first.
     ``run`` holds facts about the run (``tracekit.summary.facts.RunFacts``): world size, backend, devices, files read and
     skipped, the window, clock offsets, and the workload's run.json.
@@ -71,6 +73,7 @@ class Summary:
     memory_top: pd.DataFrame = _table(opschema.MEMORY_TOP_COLUMNS)
     memory_timeline: pd.DataFrame = _table(opschema.MEMORY_TIMELINE_COLUMNS)
     op_steps: pd.DataFrame = _table(opschema.OP_STEP_COLUMNS)
+    optimization: pd.DataFrame = _table(opschema.OPTIMIZATION_COLUMNS)
 
     def clock_shift_ns(self, rank: int) -> int:
         """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
@@ -125,7 +128,7 @@ class Summary:
 # unless asked for: on a real run they are over 90% of the JSON.
 TABLES = ("ranks", "steps", "collectives", "gaps", "stragglers", "imbalance", "mismatches", "findings", "critical_path",
           "critical_path_events", "data_quality", "fsdp", "kernels", "ops", "ops_by_shape", "op_steps", "memory",
-          "memory_top", "memory_timeline", "graph")
+          "memory_top", "memory_timeline", "optimization", "graph")
 EVENT_TABLES = ("gaps", "critical_path_events", "ops_by_shape", "op_steps", "memory_timeline", "graph")
 
 

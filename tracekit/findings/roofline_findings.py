@@ -1,0 +1,41 @@
+"""The finding read off ``summary.optimization`` (``tracekit.predict.optimize``): the ops whose reaching their
+roofline would save the most step time by replay, with their measured and roofline times. None without a known
+device and recorded shapes (no roofline), or when no op's saving reaches ``SAVING_SHARE``."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tracekit.findings.finding import Finding, by_severity, severity
+
+SAVING_SHARE = (0.05, 0.20)  # of the step: medium, high
+SHOWN = 3
+
+
+def merged(findings: tuple, optimization: pd.DataFrame) -> tuple[Finding, ...]:
+    """``findings`` and the roofline finding together, most severe first."""
+    return by_severity(list(findings) + list(find(optimization)))
+
+
+def find(optimization: pd.DataFrame) -> tuple[Finding, ...]:
+    if optimization is None or optimization.empty:
+        return ()
+    top = optimization.sort_values("predicted_saving_us", ascending=False).head(SHOWN)
+    share = float(top["saving_pct"].iloc[0]) / 100
+    level = severity(share, SAVING_SHARE)
+    if level is None:
+        return ()
+    shown = top[top["saving_pct"] >= SAVING_SHARE[0] * 100]
+    parts = [f"{r.name} at {r.pct_of_roofline:.0f}% of its roofline ({r.measured_us / 1e3:,.1f} ms measured, "
+             f"{r.roofline_us / 1e3:,.1f} ms at the roofs; {r.critical_path_us / 1e3:,.1f} ms/step on the critical "
+             f"path) would save {r.predicted_saving_us / 1e3:,.1f} ms/step (-{r.saving_pct:.0f}%)"
+             for r in shown.itertuples(index=False)]
+    ranks = tuple(sorted({int(x) for r in shown["ranks"] for x in r}))
+    return (Finding(
+        "roofline_gap", level, ranks,
+        "Where optimisation pays, by replay: " + "; ".join(parts) + ".",
+        "Make these ops reach the device's roofs: a better kernel (torch.compile, cuDNN/cuBLAS heuristics, flash "
+        "attention), larger or better-shaped matmuls (multiples of 8/64, fused), channels_last for convolutions, "
+        "or a lower precision on matrix cores.",
+        {"share": share, "op": str(shown["name"].iloc[0]),
+         "predicted_saving_us": float(shown["predicted_saving_us"].iloc[0])}),)
