@@ -151,6 +151,9 @@ def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.
         "step_ms": [round(ms, 3) for ms in clock.step_ms],
         "throughput_samples_per_s": clock.throughput(),
         "flop_counter_flops_per_step": flops_per_step,
+        # torch's own memory peak on this rank's GPU (None on CPU ranks): the reference for tracekit's memory table
+        "cuda_max_memory_allocated_bytes": (torch.cuda.max_memory_allocated(rank.device)
+                                            if rank.device.type == "cuda" else None),
         "argv": sys.argv[1:],
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
