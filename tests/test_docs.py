@@ -134,3 +134,20 @@ def test_readme_layout_tree_matches_the_folders():
     assert sorted(root_listed) == sorted(p.stem for p in (ROOT / "tracekit").glob("*.py"))
     front = next(line for line in lines if "front door:" in line)
     assert {w.removesuffix(".py") for w in front.split() if w.endswith(".py")} == FRONT_DOOR
+
+
+def test_every_tracekit_command_in_the_readme_exists_with_its_flags():
+    """Each ``tracekit ...`` line of the README's shell blocks parses: its subcommand and every flag it passes exist
+    (argparse would exit 2 on any other), so a pasted command never fails on its spelling."""
+    from tracekit.cli.main import build_parser
+
+    readme = (ROOT / "README.md").read_text()
+    lines = [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", readme, re.S)
+             for line in block.splitlines()]
+    commands = [line.split()[1:] for line in lines if line.startswith(("tracekit ", ".venv/bin/tracekit "))]
+    assert len(commands) >= 10
+    for argv in commands:
+        try:
+            build_parser().parse_args([a for a in argv if a != "\\"])
+        except SystemExit as exit_:
+            assert exit_.code == 0, f"README command does not parse: tracekit {' '.join(argv)}"

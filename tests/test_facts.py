@@ -73,14 +73,14 @@ def test_run_facts_of_a_real_run():
     assert (run.world_size, run.backend, run.ranks_read, run.window) == (2, "gloo", 2, "drop_last")
     assert [(f.rank, Path(f.path).name) for f in run.files] == [(0, "rank-0.pt.trace.json.gz"),
                                                                   (1, "rank-1.pt.trace.json.gz")]
-    assert [Path(f.path).name for f in run.skipped] == ["run.json"]
+    assert run.skipped == ()  # run.json is read as the run's facts, not skipped
     assert run.workload.workload == "gpt" and run.workload.throughput_unprofiled == 61.657
     assert run.origin_us == run.origin_ns / 1e3
     assert list(run.clock_offsets.columns) == list(schema.CLOCK_OFFSET_FIELDS)
     assert run.straggler_suspicions["rank"].tolist() == [1]
     assert list(s.to_dict()["run"]) == ["source", "world_size", "ranks_read", "backend", "nccl_version",
                                         "device_names", "host_names", "files", "skipped", "window", "origin_ns",
-                                        "origin_us", "clock_offsets", "workload_run", "straggler_suspicions"]
+                                        "origin_us", "clock_offsets", "workload", "straggler_suspicions"]
 
 
 def test_clock_shift_is_the_corrected_offset():

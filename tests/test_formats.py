@@ -521,9 +521,12 @@ def test_no_profiler_steps_means_the_whole_trace(tmp_path, window):
 def test_non_trace_json_in_the_folder_is_skipped_and_listed(tmp_path):
     write(tmp_path / "rank0.json", [kernel(GEMM, 0, 10)])
     (tmp_path / "run.json").write_text(json.dumps({"world_size": 1, "model": "resnet18", "steps": 5}))
+    (tmp_path / "notes.json").write_text(json.dumps({"note": "not a trace"}))
     s = tracekit.summarize(tmp_path)
     assert s.run.ranks_read == 1
-    assert [Path(x.path).name for x in s.run.skipped] == ["run.json"]
+    # The workload's run.json is read as the run's facts; another JSON that is not a trace is skipped and listed.
+    assert s.run.workload is not None and s.run.workload.world_size == 1
+    assert [Path(x.path).name for x in s.run.skipped] == ["notes.json"]
     assert s.run.skipped[0].reason
 
 

@@ -80,8 +80,10 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
     if not results:
         raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped))
     stage = getattr(progress, "stage", None)
-    summary = combine(results, skipped, config, source=str(trace_dir), workload_run=read_run_json(trace_dir),
-                      stage=stage)
+    workload = read_run_json(trace_dir)
+    if workload is not None:  # read as the run's facts: not a skipped file
+        skipped = [(f, r) for f, r in skipped if Path(f).name != "run.json"]
+    summary = combine(results, skipped, config, source=str(trace_dir), workload_run=workload, stage=stage)
     if stage is not None:
         stage("done")
     return summary

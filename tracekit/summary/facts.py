@@ -2,7 +2,7 @@
 
 ``RunFacts`` is ``Summary.run``; ``WorkloadRun`` is the ``run.json`` a workload (``workloads/record.py``) writes beside
 its traces, read once, with its throughput as numbers. ``to_dict()`` of each gives the Summary JSON's ``run`` and
-``run.workload_run`` objects.
+``run.workload`` objects.
 
 >>> w = WorkloadRun.from_json({"workload": "resnet", "notes": "a newer key",
 ...                            "throughput_samples_per_s": {"unprofiled": 120.5, "profiled": None}})
@@ -167,7 +167,7 @@ class RunFacts:
             "origin_ns": self.origin_ns,
             "origin_us": self.origin_us,
             "clock_offsets": self.clock_offsets.to_dict("records"),
-            "workload_run": None if self.workload is None else self.workload.to_dict(),
+            "workload": None if self.workload is None else self.workload.to_dict(),
             "straggler_suspicions": self.straggler_suspicions.to_dict("records"),
         }
 

@@ -32,8 +32,6 @@ def text_report(summary: Summary) -> str:
         lines.append(f"  workload run.json: {_or_ask(workload.workload)}, mode {_or_ask(workload.mode)}"
                      + (f"; {shown}" if shown else ""))
     for skipped in run.skipped:
-        if workload is not None and skipped.path.endswith("run.json"):
-            continue  # read above as the workload's description, not a trace
         lines.append(f"  skipped {skipped.path}: {skipped.reason}")
     lines += ["", "Per rank: times in ms, (%) their share of the rank's span; comm overlapped: % of comm under compute",
               _rank_lines(summary.ranks), ""]
