@@ -49,9 +49,11 @@ def test_all_to_all_job_without_ddp_gets_all_to_all_advice_and_no_ddp_knobs(tmp_
     s = run(tmp_path, {r: [step(i + 1, i * 1000, 1000) for i in range(3)] + dlrm_step(0) + dlrm_step(1000)
                        for r in (0, 1)}, deviceProperties=V100)
     f = only(s, "exposed_comm")
-    assert f.severity == "high" and f.ranks == (0, 1)
-    # The host's ProfilerStep markers, not the device, pace these steps: the replay predicts no gain and says so.
+    # The host's ProfilerStep markers, not the device, pace these steps: the replay predicts no gain and says so,
+    # and says what binds the step; a fix worth nothing is low whatever share of the span it concerns.
+    assert f.severity == "low" and f.evidence["measured_severity"] == "high" and f.ranks == (0, 1)
     assert f.evidence["predicted_saving_us"] == pytest.approx(0.0, abs=1e-6) and "no measurable gain" in f.message
+    assert "The step is bound by" in f.message
     assert f.evidence["share"] == pytest.approx(1000 / 1700)
     assert f.evidence["op_shares"] == pytest.approx({"all_to_all": 390 / 500, "all_reduce": 110 / 500})
     assert f.evidence["ddp"] is False and not s.ranks["ddp"].any()
@@ -230,3 +232,26 @@ def test_sync_finding_names_the_call_and_advises_on_it(tmp_path, call, advice, n
     f = only(s, "sync_in_step")
     assert f.evidence["top_call"] == call and f"most of their time in {call}" in f.message
     assert advice in f.recommendation and not_advice not in f.recommendation
+
+
+def test_findings_are_ordered_by_what_their_fix_gains():
+    """A medium finding whose fix saves 3% comes after a low one that saves 15%; one that gains nothing comes last,
+    low, and says what binds the step (here host time, 80 of 100 us of the critical path)."""
+    import pandas as pd
+
+    from tracekit.findings.order import by_gain
+
+    def make(kind, severity, saving_us, share=0.5):
+        evidence = {"share": share}
+        if saving_us is not None:
+            evidence |= {"predicted_step_us": 1000.0 - saving_us, "predicted_saving_us": saving_us}
+        return finding.Finding(kind, severity, (0,), f"{kind} seen.", "fix it", evidence)
+
+    path = pd.DataFrame({"rank": 0, "step": 1, "category": ["host", "compute", "launch"], "us": [80.0, 18.0, 2.0],
+                         "waiting": False, "ends_on_rank": 0})
+    found = by_gain((make("a", "high", 5.0), make("b", "medium", 30.0), make("c", "low", 150.0),
+                     make("d", "medium", None, share=0.08)), path)
+    assert [f.kind for f in found] == ["c", "d", "b", "a"]  # 15%, 8% (share, no prediction), 3%, then 0.5%
+    assert [f.severity for f in found] == ["low", "medium", "medium", "low"]  # a gained nothing: low
+    assert found[-1].message == ("a seen. The step is bound by host time (80% of the critical path), then compute "
+                                 "(18% of the critical path) instead.")

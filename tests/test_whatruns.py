@@ -281,3 +281,18 @@ def test_the_profilers_own_flops_arg_is_read(tmp_path):
     s = _gpu_run(tmp_path, events, deviceProperties=A100)
     row = s.ops.set_index("name").loc["aten::mm"]
     assert row["flops_arg"] == 2 * 524288 and row["flops"] == 2 * 2 * 64 * 128 * 32
+
+
+def test_a_kernel_belongs_to_the_op_around_its_launch_whatever_the_ids_say(tmp_path):
+    """Older Kineto gives a launch call an External id equal to its correlation id, which may be another op's:
+    here the launch (correlation 7) sits inside aten::copy_ [100, 200) while an unrelated aten::to has External
+    id 7. The 60 us memcpy is copy_'s, as the profiler's own tree says."""
+    events = [step(1, 0, 1000), step(2, 1000, 1000),
+              cpu("aten::to", 10, 20, **{"External id": 7}),
+              cpu("aten::copy_", 100, 100, **{"External id": 40}),
+              {**launch(120, correlation=7), "name": "cudaMemcpyAsync", "args": {"correlation": 7, "External id": 7}},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+               "ts": 300, "dur": 60, "args": {"device": 0, "stream": 7, "correlation": 7, "External id": 7}}]
+    s = _gpu_run(tmp_path, events, deviceProperties=A100)
+    ops = s.ops.set_index("name")
+    assert ops.loc["aten::copy_", "device_self_us"] == 60 and ops.loc["aten::to", "device_self_us"] == 0

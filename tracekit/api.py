@@ -19,6 +19,7 @@ from tracekit.run import whatruns
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
 from tracekit.findings import memory_findings
+from tracekit.findings import order
 from tracekit.findings import roofline_findings
 from tracekit.events import metrics
 from tracekit.predict import replay
@@ -48,7 +49,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
       engine: ``"local"`` (this machine) or ``"dask"`` (the ranks are Dask tasks on the cluster of ``client``).
       client: for ``engine="dask"``: a ``distributed.Client`` or a scheduler address (``"tcp://host:8786"``).
       cache: keep per-rank results in a Parquet cache, so a second summary of an unchanged run is fast.
-      cache_dir: the cache folder (default ``~/.cache/tracekit``); nothing is written in the trace folder.
+      cache_dir: the cache folder (default: ``$TRACEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tracekit``, else
+        ``~/.cache/tracekit``; ``tracekit.rank.cache.resolve_dir``); nothing is written in the trace folder.
       progress: called as ``progress(done, total)`` each time a rank is finished; if it also has a ``stage(name)``
         method, that is called as each later stage begins ("joining ranks", then "replaying") and with "done".
     The result is the same whatever the engine, the workers and the cache.
@@ -166,7 +168,8 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None)
-    return dataclasses.replace(summary, findings=roofline_findings.merged(summary.findings, summary.optimization))
+    found = roofline_findings.merged(summary.findings, summary.optimization)
+    return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path))
 
 
 def _data_quality(results: list[RankResult]) -> pd.DataFrame:

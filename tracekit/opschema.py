@@ -68,6 +68,7 @@ MEMORY_COLUMNS = {
     "end_allocated_bytes": "Total Allocated as the step ended",
     "growth_bytes": "end_allocated_bytes - start_allocated_bytes",
     "device_memory_bytes": "the device's memory from deviceProperties totalGlobalMem (NaN when unknown)",
+    "in_window": "whether the step is in the metrics' window (a trace without steps: True)",
 }
 # summary.memory_top: per rank x device, the ops whose allocations were live at the peak of the peak step.
 MEMORY_TOP_COLUMNS = {

@@ -16,12 +16,13 @@ import msgspec
 
 from tracekit import __version__
 from tracekit.rank import cache as tracekit_cache
-from tracekit import fmt
 from tracekit.api import summarize
 from tracekit.render.compare import compare
 from tracekit.errors import TracekitError
+from tracekit.read.files import TRACE_SUFFIXES, is_url
 from tracekit.summary.model import EVENT_TABLES, wanted_tables
 from tracekit.cli.view import add_view
+from tracekit.cli.whatif import add_whatif
 from tracekit.cli.options import (add_json_options, add_scale_options, add_window_option, as_json, fail,
                                   scale_options)
 
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tracekit", description="Where the step time of a PyTorch DDP job goes.")
     parser.add_argument("--version", action="version", version=f"tracekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_summarize, _add_compare, _add_report, _add_cache, _add_whatif, _add_export, add_view):
+    for add in (_add_summarize, _add_compare, _add_report, _add_cache, add_whatif, _add_export, add_view):
         add(commands)
     return parser
 
@@ -144,7 +145,7 @@ def _add_cache(commands) -> None:
                        ("clear", "delete every entry of the cache folder")):
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         action.add_argument("--cache-dir", metavar="DIR", default=None,
-                            help="the cache folder (default: ~/.cache/tracekit)")
+                            help="the cache folder (default: $TRACEKIT_CACHE_DIR, else $XDG_CACHE_HOME/tracekit, else ~/.cache/tracekit)")
         action.set_defaults(run=_cache_info if name == "info" else _cache_clear)
 
 
@@ -158,40 +159,6 @@ def _cache_info(args) -> int:
 def _cache_clear(args) -> int:
     removed = tracekit_cache.clear(args.cache_dir)
     print(f"removed {removed.entries} entries ({removed.bytes / 1e6:,.1f} MB) from {removed.folder}")
-    return 0
-
-
-# --- whatif ---------------------------------------------------------------------------------------------------------
-
-def _add_whatif(commands) -> None:
-    from tracekit.predict.scenarios import SCENARIOS
-
-    cmd = commands.add_parser("whatif", help="predict the step time under changes, by replaying the run",
-                              description="Replay the run's dependency graph with measured times changed per "
-                                          "scenario and print the predicted mean step time of each: "
-                                          + ", ".join(SCENARIOS) + ", comm_x<k> (transfers k times faster).")
-    cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
-    cmd.add_argument("--scenario", action="append", default=None, metavar="NAME",
-                     help="a scenario to replay (repeatable; default: all of " + ", ".join(SCENARIOS) + ")")
-    add_json_options(cmd, "print the table as JSON records")
-    add_window_option(cmd)
-    add_scale_options(cmd)
-    cmd.set_defaults(run=_whatif)
-
-
-def _whatif(args) -> int:
-    from tracekit.predict.scenarios import SCENARIOS, whatif
-
-    try:
-        table = whatif(summarize(args.trace_dir, window=args.window, **scale_options(args)),
-                       scenarios=args.scenario or SCENARIOS)
-    except ValueError as err:
-        return fail(str(err))
-    if args.json:
-        sys.stdout.write(as_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
-                                                   .to_dict("records")).decode(), args.indent))
-    else:
-        sys.stdout.write(table.to_string(index=False, na_rep=fmt.UNKNOWN, float_format=lambda v: fmt.num(v, 1)) + "\n")
     return 0
 
 
@@ -222,11 +189,12 @@ def _add_export(commands) -> None:
     cmd = commands.add_parser("export", help="write the run as one Perfetto (Trace Event Format) JSON file",
                               description="One trace for ui.perfetto.dev: every rank its own process on the corrected "
                                           "clock, collectives and the critical path linked by flow arrows, idle and "
-                                          "exposed comm as counters (tracekit.render.export). An existing file is never "
-                                          "replaced without --force.")
+                                          "exposed comm as counters (tracekit.render.export). Written beside the run "
+                                          "unless -o says where; an existing file is never replaced without --force.")
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
-    cmd.add_argument("-o", "--output", default="perfetto.json",
-                     help="JSON file to write, outside the run folder (default: perfetto.json)")
+    cmd.add_argument("-o", "--output", default=None,
+                     help="JSON file to write, outside the run folder (default: beside the run: RUN.perfetto.json "
+                          "next to the run folder, or STEM.perfetto.json next to a single trace file)")
     cmd.add_argument("--force", action="store_true", help="replace the output file when it exists")
     add_window_option(cmd)
     add_scale_options(cmd)
@@ -237,8 +205,8 @@ def _export(args) -> int:
     """Refuse to replace a file before any work, then summarize, read the ranks' events again and write."""
     from tracekit.render.export import export_trace, rank_events, write
 
-    out = Path(args.output)
-    refused = _refused_output(out, args.force)
+    out, refused = (Path(args.output), None) if args.output is not None else _beside_the_run(args.trace_dir)
+    refused = refused or _refused_output(out, args.force)
     if not refused and Path(args.trace_dir).is_dir() and out.resolve().parent == Path(args.trace_dir).resolve():
         refused = (f"{out} is inside the run folder {args.trace_dir}, where it would be read as one more rank of the "
                    "run; write it elsewhere (-o)")
@@ -248,6 +216,27 @@ def _export(args) -> int:
     trace = export_trace(result, rank_events(result))
     return _written(out, lambda: write(trace, out, force=args.force),
                     f"wrote {out} ({len(trace['traceEvents']):,} events, {len(result.ranks)} ranks)")
+
+
+def _beside_the_run(trace_dir: str) -> tuple[Path | None, str | None]:
+    """The default export file and None, or None and why there is none: ``<run folder>.perfetto.json`` next to the
+    run folder, ``<stem>.perfetto.json`` next to a single trace file (stem: its name less .gz, .json, .pt.trace),
+    unless that file's folder holds other traces (a run folder, which the export would join as one more rank)."""
+    if is_url(trace_dir):
+        return None, f"{trace_dir} is not a local path: name the file to write with -o"
+    run = Path(trace_dir)
+    if run.name in ("", ".."):  # "." or "..": name the folder itself
+        run = run.resolve()
+    if not run.is_file():  # a folder (or a missing path, which summarize reports)
+        return run.parent / f"{run.name}.perfetto.json", None
+    stem = run.name
+    for suffix in (".gz", ".json", ".trace", ".pt"):
+        stem = stem.removesuffix(suffix) or stem
+    out = run.parent / f"{stem}.perfetto.json"
+    if any(p.is_file() and p.name.endswith(TRACE_SUFFIXES) for p in run.parent.iterdir() if p not in (run, out)):
+        return None, (f"{run.parent} holds other traces, where {out.name} would be read as one more rank of that "
+                      "run; name the file to write with -o")
+    return out, None
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
                        help="run the per-rank work on this Dask cluster, e.g. tcp://host:8786 (needs tracekit[dask])")
     scale.add_argument("--no-cache", action="store_true", help="neither read nor write the per-rank result cache")
     scale.add_argument("--cache-dir", metavar="DIR", default=None,
-                       help="folder of the per-rank result cache (default: ~/.cache/tracekit)")
+                       help="folder of the per-rank result cache (default: $TRACEKIT_CACHE_DIR, else "
+                            "$XDG_CACHE_HOME/tracekit, else ~/.cache/tracekit)")
 
 
 def scale_options(args) -> dict:

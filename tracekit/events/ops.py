@@ -106,19 +106,29 @@ def _decoded(text) -> list | None:
 
 
 def _launching_op(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """(device events, the row in ``ops`` of the op that launched each, -1 when unknown): the op whose External id
-    is the event's own, else its launch call's."""
+    """(device events, the row in ``ops`` of the op that launched each, -1 when unknown).
+
+    Where the launch call is known (its correlation), the launching op is the innermost op around that call on its
+    thread: what the profiler's own tree says, in every Kineto era (older ones give launch calls an External id that
+    is their correlation id, which names unrelated ops). Without a known launch, the op whose External id is the
+    device event's own."""
+    from tracekit.nesting import innermost
+
     dev = events[events["kind"].notna().to_numpy() & (events["dur_ns"].to_numpy() >= 0)]
-    ext = dev["external_id"].to_numpy()
     launch_row = dev["launch_row"].to_numpy() if "launch_row" in dev else np.full(len(dev), -1)
-    via_launch = events["external_id"].to_numpy()[np.maximum(launch_row, 0)]
-    ext = np.where(ext >= 0, ext, np.where(launch_row >= 0, via_launch, -1))
+    launched = launch_row >= 0
+    rows = np.full(len(dev), -1, dtype=np.int64)
+    if launched.any():
+        calls = events.iloc[launch_row[launched]]
+        rows[launched] = innermost(calls["tid"].astype(str).to_numpy(), calls["ts_ns"].to_numpy(),
+                                   ops["tid"].astype(str).to_numpy(), ops["ts_ns"].to_numpy(),
+                                   (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
     own = ops["external_id"].to_numpy()
-    # An External id names one op; where a trace repeats one (a user annotation and its op), the op written
-    # last gets the kernels.
+    ext = dev["external_id"].to_numpy()
     row_of = pd.Series(np.arange(len(ops)))[own >= 0].groupby(own[own >= 0]).last()
-    rows = row_of.reindex(ext).to_numpy()
-    return dev, np.where(np.isnan(rows), -1, np.nan_to_num(rows, nan=-1)).astype(np.int64)
+    by_id = row_of.reindex(ext).to_numpy()
+    by_id = np.where(np.isnan(by_id), -1, np.nan_to_num(by_id, nan=-1)).astype(np.int64)
+    return dev, np.where(launched, rows, by_id)
 
 
 def _device_self(ops: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:

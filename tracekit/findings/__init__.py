@@ -1,8 +1,10 @@
 """Stage 6, findings: the run's tables -> what to change.
 
 In: the per-rank, collective, FSDP and gap tables. Out: a tuple of ``Finding`` (kind, severity, ranks, the numbers
-that fired it, a recommendation), in the order the checks ran.
+that fired it, a recommendation), largest predicted gain first (``order.py``).
 
 Open first: ``checks.py`` (``find`` and the idle and host checks). ``finding.py`` holds the Finding type and
-severity rules, ``comm_findings.py`` the communication checks, ``fsdp_findings.py`` those for sharded training.
+severity rules, ``comm_findings.py`` the communication checks, ``fsdp_findings.py`` those for sharded training,
+``memory_findings.py`` and ``roofline_findings.py`` those of memory and of ops far from their roofline, and
+``order.py`` the final order, by what each fix gains.
 """

@@ -5,5 +5,5 @@ rank's node table of the dependency graph), in rank order.
 
 Open first: ``analyze.py`` (``analyze_rank``: read, classify, reduce; the unit of parallel work). ``engine.py`` maps
 it in this process, a process pool or Dask, ``cache.py`` keeps results on disk by key, ``graph.py`` builds a rank's
-dependency graph in the worker.
+dependency graph in the worker, ``whatruns.py`` its kernel, operator and memory tables.
 """

@@ -9,8 +9,9 @@ An entry is a folder: one Parquet file per table and one msgpack file for everyt
 folder and renamed into place, so a reader never sees half an entry. Reading an entry marks it used; ``trim``
 removes the least recently used entries until the folder is under its cap (``DEFAULT_MAX_BYTES`` unless told).
 
-The store lives in its own folder (``~/.cache/tracekit`` unless told otherwise), never in the trace folder. It is an
-optimisation: an entry that cannot be written is skipped with a warning, and one that cannot be read is a miss.
+The store lives in its own folder (``resolve_dir``: ``--cache-dir``, else ``$TRACEKIT_CACHE_DIR``, else
+``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``), never in the trace folder. It is an optimisation: an entry
+that cannot be written is skipped with a warning, and one that cannot be read is a miss.
 
     store = Store(Path("/tmp/tk"), RankResult)
     result = store.get(key)
@@ -38,10 +39,11 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-__all__ = ["DEFAULT_CACHE_DIR", "DEFAULT_MAX_BYTES", "Store", "CacheInfo", "key", "shape", "resolve_dir", "info",
-           "clear"]
+__all__ = ["DEFAULT_CACHE_DIR", "CACHE_DIR_VARIABLE", "DEFAULT_MAX_BYTES", "Store", "CacheInfo", "key", "shape",
+           "resolve_dir", "info", "clear"]
 
-DEFAULT_CACHE_DIR = Path("~/.cache/tracekit")
+DEFAULT_CACHE_DIR = Path("~/.cache/tracekit")  # the last resort of resolve_dir: no variable says otherwise
+CACHE_DIR_VARIABLE = "TRACEKIT_CACHE_DIR"
 DEFAULT_MAX_BYTES = 4 * 1024**3  # 4 GiB: a few hundred large ranks' results
 _FORMAT = 2  # bump when the layout of an entry changes
 _ERRORS_WRITING = (OSError, NotImplementedError, msgspec.EncodeError, ValueError, TypeError)
@@ -49,8 +51,17 @@ _ERRORS_READING = (OSError, ValueError, TypeError, KeyError, msgspec.DecodeError
 
 
 def resolve_dir(cache_dir: str | Path | None) -> Path:
-    """The cache folder to use: ``cache_dir`` or the default, with ``~`` expanded."""
-    return Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
+    """The cache folder to use, with ``~`` expanded; the first of: ``cache_dir`` (``--cache-dir``), the
+    ``TRACEKIT_CACHE_DIR`` environment variable, ``$XDG_CACHE_HOME/tracekit`` when XDG_CACHE_HOME is set and
+    absolute (the XDG rule: a relative one is ignored), ``~/.cache/tracekit``. Empty variables count as unset."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    if os.environ.get(CACHE_DIR_VARIABLE):
+        return Path(os.environ[CACHE_DIR_VARIABLE]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "tracekit"
+    return DEFAULT_CACHE_DIR.expanduser()
 
 
 @functools.cache
@@ -145,7 +156,7 @@ class CacheInfo:
 
 
 def info(cache_dir: str | Path | None = None) -> CacheInfo:
-    """The entries and bytes of a cache folder (``~/.cache/tracekit`` by default); zero when it does not exist."""
+    """The entries and bytes of a cache folder (``resolve_dir``'s by default); zero when it does not exist."""
     folder = resolve_dir(cache_dir)
     found = list(_entries(folder))
     return CacheInfo(folder=folder, entries=len(found), bytes=sum(size for _, _, size in found))

@@ -4,7 +4,7 @@ Each rank is read and reduced to a small ``RankResult`` where it runs; only thos
 collective and gap) travel back, so the memory of the caller does not grow with the size or number of traces.
 Results come back in file order whatever order the work finishes in, so every engine gives the same Summary.
 
-    options = EngineOptions(workers=4, cache_dir="~/.cache/tracekit")
+    options = EngineOptions(workers=4, cache_dir=cache.resolve_dir(None))
     outcomes = map_ranks(files, Config(), None, options)
 
 With ``kind="dask"`` the tasks run on an existing Dask cluster: ``client`` is a ``distributed.Client`` or a

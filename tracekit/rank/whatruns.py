@@ -31,6 +31,7 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     peaks = peaks_of(meta) if device_rank else None
     by_shape, by_name, step_flops, op_steps = op_tables(ops, events, steps, window, peaks, device_rank)
     table = memory_table(memory, steps, meta.device_memory_bytes)
+    table["in_window"] = table["step"].isin(window["step"]) | (table["step"] < 0) if len(table) else []
     names = " / ".join(sorted({n for n in meta.device_names if n})) or "unnamed"
     quality = {"memory_events": len(memory),
                "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else ""}

@@ -1,5 +1,5 @@
 """A shareable HTML report: one self-contained file (plotly's JavaScript inlined, nothing fetched) with the
-overview, ranks, communication and idle charts of a run. ``tracekit report DIR -o report.html`` writes it.
+overview, ranks, communication and idle charts of a run, and rank 0's kernels, ops, roofline and memory. ``tracekit report DIR -o report.html`` writes it.
 
 >>> import tracekit
 >>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")
@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from tracekit import quality
-from tracekit.render import charts
+from tracekit.render import charts, charts_ops
 from tracekit.summary.facts import RunFacts, one_or_all
 from tracekit.fmt import display_units, ms, num, pct, rate
 from tracekit.summary.text import checked
@@ -48,6 +48,7 @@ def html_report(summary, title: str | None = None) -> str:
         if section == "Idle":
             body.append(_table(display_units(charts.largest_gaps(summary, 10)),
                                "Longest idle gaps (ms; start from the run's start)"))
+    body += _what_runs(summary)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style>"
@@ -74,6 +75,35 @@ def write_report(summary, path: str | Path, *, force: bool = False) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _what_runs(summary, top: int = 15) -> list[str]:
+    """The first rank's top kernels and ops, its roofline, and its memory over time when it has [memory] events."""
+    rank = int(summary.ranks["rank"].iloc[0]) if len(summary.ranks) else 0
+    kernels = charts_ops.kernel_table(summary, rank).drop(columns="full_name", errors="ignore")
+    ops = charts_ops.op_table(summary, rank)
+    time = "device" if charts_ops.is_device_rank(summary, rank) else "host"
+    out = [f"<h2>Operators &amp; kernels (rank {rank})</h2>",
+           _noted_table(kernels, top, "Top kernels by window time (ms)"),
+           _noted_table(ops, top, f"Top ops by {time} self time (ms, GFLOP, MB, TFLOPS/s, GB/s)"),
+           _figure(charts_ops.roofline(summary, rank))]
+    note = charts_ops.memory_note(summary, rank)
+    out.append(f"<h2>Memory (rank {rank})</h2>")
+    if note:
+        return out + [f"<p>{_e(note)}</p>"]
+    return out + [_figure(charts_ops.memory_over_time(summary, rank)),
+                  _table(charts_ops.memory_peaks(summary, rank), "Peaks per step (MB)")]
+
+
+def _noted_table(frame: pd.DataFrame, top: int, caption: str) -> str:
+    """The first ``top`` rows of a ``charts_ops`` table, or the note that says why it is empty."""
+    if frame.empty:
+        return f"<h3>{_e(caption)}</h3><p>{_e(frame.attrs.get('note', 'none'))}</p>"
+    return _table(frame.head(top), caption)
+
+
+def _figure(fig) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%")
 
 
 def _e(value) -> str:
@@ -121,7 +151,7 @@ def _findings(findings) -> str:
         return f"<h3>Findings</h3><p>None: no check fired. Checked:</p><ul>{items}</ul>"
     items = "".join(
         f"<li><b>[{_e(f.severity)}] {_e(f.message)}</b><br>{_e(f.recommendation)}</li>" for f in findings)
-    return f"<h3>Findings (most severe first)</h3><ol class=\"findings\">{items}</ol>"
+    return f"<h3>Findings (largest gain first)</h3><ol class=\"findings\">{items}</ol>"
 
 
 def _table(frame: pd.DataFrame, caption: str) -> str:

@@ -4,5 +4,6 @@ In: the ``RankResult``s of ``tracekit.rank``. Out: clock offsets between hosts, 
 ranks (who waits for whom, stragglers, imbalance, mismatches), and the run's dependency graph.
 
 Open first: ``crossrank.py``. ``clocks.py`` estimates each host's clock offset from the collectives it shares,
-``rungraph.py`` joins the ranks' graphs with the collectives' cross-rank edges.
+``rungraph.py`` joins the ranks' graphs with the collectives' cross-rank edges, ``whatruns.py`` the ranks'
+kernel, operator and memory tables and each step's FLOPs and MFU.
 """

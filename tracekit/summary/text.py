@@ -59,7 +59,7 @@ def checked() -> tuple[str, ...]:
 def _findings_lines(found) -> list[str]:
     if not found:
         return ["Findings", "  None: no check fired. Checked: " + "; ".join(checked()) + "."]
-    return ["Findings (most severe first)"] + [f"  [{f.severity}] {f.message}\n      -> {f.recommendation}"
+    return ["Findings (largest gain first: predicted by replay where a scenario models the fix)"] + [f"  [{f.severity}] {f.message}\n      -> {f.recommendation}"
                                               for f in found]
 
 

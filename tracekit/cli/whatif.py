@@ -1,0 +1,73 @@
+"""``tracekit whatif RUN``: the predicted step time of the run under each scenario (``tracekit.predict.scenarios``).
+
+The text table is in the CLI's units (``tracekit.fmt``): step time and saving in ms, the saving also in % of the
+baseline step, the speed-up to 2 decimals (``1.04x``), ``unknown`` where the trace cannot tell. ``--json`` prints the
+table as it is (``step_time_us``, ``saving_us``: microseconds; NaN as null).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import msgspec
+import pandas as pd
+
+from tracekit import fmt
+from tracekit.api import summarize
+from tracekit.cli.options import add_json_options, add_scale_options, add_window_option, as_json, fail, scale_options
+
+COLUMNS = ("scenario", "step ms", "speed-up", "saving ms", "saving %")
+
+
+def add_whatif(commands) -> None:
+    from tracekit.predict.scenarios import SCENARIOS
+
+    cmd = commands.add_parser("whatif", help="predict the step time under changes, by replaying the run",
+                              description="Replay the run's dependency graph with measured times changed per "
+                                          "scenario and print the predicted mean step time of each: "
+                                          + ", ".join(SCENARIOS) + ", comm_x<k> (transfers k times faster). "
+                                          "Times in ms, saving against the baseline step, speed-up = baseline / "
+                                          "scenario; --json: the raw table (microseconds).")
+    cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
+    cmd.add_argument("--scenario", action="append", default=None, metavar="NAME",
+                     help="a scenario to replay (repeatable; default: all of " + ", ".join(SCENARIOS) + ")")
+    add_json_options(cmd, "print the table as JSON records (times in microseconds)")
+    add_window_option(cmd)
+    add_scale_options(cmd)
+    cmd.set_defaults(run=whatif)
+
+
+def whatif(args) -> int:
+    from tracekit.predict.scenarios import SCENARIOS, whatif as predict
+
+    try:
+        table = predict(summarize(args.trace_dir, window=args.window, **scale_options(args)),
+                        scenarios=args.scenario or SCENARIOS)
+    except ValueError as err:
+        return fail(str(err))
+    if args.json:
+        sys.stdout.write(as_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
+                                                   .to_dict("records")).decode(), args.indent))
+    else:
+        sys.stdout.write(text_table(table) + "\n")
+    return 0
+
+
+def text_table(table: pd.DataFrame) -> str:
+    """The whatif table (``tracekit.whatif``'s columns) as text in the CLI's units.
+
+    >>> print(text_table(pd.DataFrame({"scenario": ["baseline", "comm_x2"], "step_time_us": [258842.8, float("nan")],
+    ...                                "speedup": [1.0, float("nan")], "saving_us": [0.0, float("nan")],
+    ...                                "saving_pct": [0.0, float("nan")]})))
+    scenario step ms speed-up saving ms saving %
+    baseline  258.84    1.00x      0.00      0.0
+     comm_x2 unknown  unknown   unknown  unknown
+    """
+    shown = pd.DataFrame({
+        "scenario": table["scenario"].astype(str),
+        "step ms": [fmt.ms(v) for v in table["step_time_us"]],
+        "speed-up": [fmt.UNKNOWN if fmt.is_unknown(v) else fmt.num(v, 2) + "x" for v in table["speedup"]],
+        "saving ms": [fmt.ms(v) for v in table["saving_us"]],
+        "saving %": [fmt.UNKNOWN if fmt.is_unknown(v) else fmt.pct(v) for v in table["saving_pct"]],
+    }, columns=list(COLUMNS))
+    return shown.to_string(index=False)
