@@ -235,8 +235,9 @@ def test_sync_finding_names_the_call_and_advises_on_it(tmp_path, call, advice, n
 
 
 def test_findings_are_ordered_by_what_their_fix_gains():
-    """A medium finding whose fix saves 3% comes after a low one that saves 15%; one that gains nothing comes last,
-    low, and says what binds the step (here host time, 80 of 100 us of the critical path)."""
+    """A medium finding whose fix saves 3% comes after a low one that saves 15%; findings without a prediction come
+    after those with one; one that gains nothing comes last, low, and says what binds the step (here host time, 80 of
+    100 us of the critical path)."""
     import pandas as pd
 
     from tracekit.findings.order import by_gain
@@ -251,7 +252,8 @@ def test_findings_are_ordered_by_what_their_fix_gains():
                          "waiting": False, "ends_on_rank": 0})
     found = by_gain((make("a", "high", 5.0), make("b", "medium", 30.0), make("c", "low", 150.0),
                      make("d", "medium", None, share=0.08)), path)
-    assert [f.kind for f in found] == ["c", "d", "b", "a"]  # 15%, 8% (share, no prediction), 3%, then 0.5%
-    assert [f.severity for f in found] == ["low", "medium", "medium", "low"]  # a gained nothing: low
+    # Predicted: c 15%, b 3%; then d (no prediction, by severity); a's 0.5% is no gain: last, and low.
+    assert [f.kind for f in found] == ["c", "b", "d", "a"]
+    assert [f.severity for f in found] == ["low", "medium", "medium", "low"]
     assert found[-1].message == ("a seen. The step is bound by host time (80% of the critical path), then compute "
                                  "(18% of the critical path) instead.")

@@ -1,9 +1,10 @@
 """The findings' final order: by what their fix gains, and a fix that gains nothing says what binds the step.
 
-A finding whose fix a scenario predicts (``evidence["predicted_saving_us"]``, from ``predict.scenarios``) is
-ranked by that saving as a share of the step; one without a prediction by the share of time it concerns
-(``evidence["share"]``). A finding whose predicted saving is under ``NO_GAIN_PCT`` of the step comes after all the
-others, its severity becomes ``low`` (severity means what the fix is worth wherever it is said: high, medium, low;
+The findings whose fix a scenario predicts (``evidence["predicted_saving_us"]``, from ``predict.scenarios``) come
+first, largest saving (as a share of the step) first: the replay's prediction is the best measure of what a fix is
+worth. Those without a prediction follow, most severe first (their ``share`` measures different things: a share
+of the span, of compute time, of memory). A finding whose predicted saving is under ``NO_GAIN_PCT`` of the step
+comes after all the others, its severity becomes ``low`` (severity means what the fix is worth wherever it is said: high, medium, low;
 the severity its measured share alone gives is kept as ``evidence["measured_severity"]``), and its message says what the steps' critical paths spend their time on instead (``summary.critical_path``).
 """
 
@@ -13,7 +14,7 @@ import dataclasses
 
 import pandas as pd
 
-from tracekit.findings.finding import Finding
+from tracekit.findings.finding import Finding, by_severity
 
 NO_GAIN_PCT = 1.0  # as predict.scenarios words it
 
@@ -21,11 +22,11 @@ NO_GAIN_PCT = 1.0  # as predict.scenarios words it
 def by_gain(findings: tuple[Finding, ...], critical_path: pd.DataFrame) -> tuple[Finding, ...]:
     """The findings ordered by gain, no-gain ones last and low, each of those naming what binds the step."""
     binds = _what_binds(critical_path)
-    gaining, none = [], []
+    predicted, other, none = [], [], []
     for f in findings:
         step, saving = f.evidence.get("predicted_step_us"), f.evidence.get("predicted_saving_us")
         if saving is None or step is None:
-            gaining.append((float(f.evidence.get("share", 0.0)), f))
+            other.append(f)
             continue
         base = step + saving
         share = saving / base if base > 0 else 0.0
@@ -34,9 +35,9 @@ def by_gain(findings: tuple[Finding, ...], critical_path: pd.DataFrame) -> tuple
             none.append(dataclasses.replace(f, severity="low", message=message,
                                             evidence={**f.evidence, "measured_severity": f.severity}))
         else:
-            gaining.append((share, f))
-    ordered = [f for _, f in sorted(gaining, key=lambda pair: -pair[0])]
-    return tuple(ordered + none)
+            predicted.append((share, f))
+    ordered = [f for _, f in sorted(predicted, key=lambda pair: -pair[0])]
+    return tuple(ordered + list(by_severity(other)) + none)
 
 
 def _what_binds(critical_path: pd.DataFrame) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
 import msgspec
@@ -12,7 +12,6 @@ import pandas as pd
 
 from tracekit import opschema, schema
 from tracekit.summary.facts import RunFacts
-
 
 
 def _table(columns):
@@ -46,10 +45,16 @@ class Summary:
                    ``memory_timeline`` allocated and reserved over time; ``op_steps`` each op's time per window step
       optimization where optimisation pays: ops' critical-path time and the replayed saving at their roofline
                    (``tracekit.predict.optimize``)
-    ``findings`` lists what to change, most severe first.
+    ``findings`` lists what to change, largest gain first (``tracekit.findings.order``; ``findings_table()``: the same
+    as one table).
     ``run`` holds facts about the run (``tracekit.summary.facts.RunFacts``): world size, backend, devices, files read and
     skipped, the window, clock offsets, and the workload's run.json.
     Every field is always there: a table the run does not fill is empty, with its columns.
+
+    The tables cannot change behind the Summary's back: it keeps a shallow copy of each table it is given, and
+    every read of a table field returns a fresh shallow copy, so under pandas' Copy-on-Write an in-place change
+    (``s.ranks.loc[0, "span_us"] = 1``, ``s.ranks["x"] = 0``) changes only that copy, never what the Summary, its
+    report or a later ``s.ranks`` show. ``repr(s)`` is a short overview, ``print(s)`` the full report.
     """
 
     ranks: pd.DataFrame
@@ -75,6 +80,21 @@ class Summary:
     op_steps: pd.DataFrame = _table(opschema.OP_STEP_COLUMNS)
     optimization: pd.DataFrame = _table(opschema.OPTIMIZATION_COLUMNS)
 
+    def __post_init__(self):
+        # Hold a shallow copy of each table given: a later in-place change to the caller's frame copies its data
+        # (Copy-on-Write) and leaves the Summary's as it was.
+        for name in _FRAMES:
+            value = object.__getattribute__(self, name)
+            if isinstance(value, pd.DataFrame):
+                object.__setattr__(self, name, _detached(value))
+
+    def __getattribute__(self, name: str):
+        # Every read of a table is a fresh shallow copy (no data copied): a change made through it stays in it.
+        value = object.__getattribute__(self, name)
+        if name in _FRAMES and isinstance(value, pd.DataFrame):
+            return _detached(value)
+        return value
+
     def clock_shift_ns(self, rank: int) -> int:
         """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
 
@@ -93,6 +113,14 @@ class Summary:
         from tracekit.events.fsdp import rank_totals
 
         return rank_totals(self.fsdp, self.steps)
+
+    def findings_table(self) -> pd.DataFrame:
+        """The findings, one row each in their order: kind, severity, ranks (text: ``"0, 1"``), message,
+        recommendation, predicted_saving_us (the replay's saving per step, NaN without one) and scenario (the
+        replayed scenario, None without one). ``findings`` stays the tuple of ``Finding`` objects."""
+        from tracekit.summary.overview import findings_table
+
+        return findings_table(self.findings)
 
     def to_dict(self, tables: str | Iterable[str] | None = None) -> dict[str, Any]:
         """Plain Python values: tables as lists of records, NaN as None.
@@ -122,6 +150,31 @@ class Summary:
         from tracekit.summary.text import text_report
 
         return text_report(self)
+
+    def __repr__(self) -> str:
+        """A short overview: source, ranks, backend, devices, window, steps, mean step time, the span's shares,
+        MFU when known and the findings by severity. ``str()`` (``print``) is the full report."""
+        from tracekit.summary.overview import overview_text
+
+        return overview_text(self)
+
+    def _repr_html_(self) -> str:
+        """The notebook view: the overview's numbers as cards and the most severe findings (plain HTML)."""
+        from tracekit.summary.overview import overview_html
+
+        return overview_html(self)
+
+
+# The table fields: each read returns a shallow copy (Summary.__getattribute__).
+_FRAMES = frozenset(f.name for f in fields(Summary) if f.type in ("pd.DataFrame", pd.DataFrame))
+_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
+
+
+def _detached(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` no in-place change reaches back from: shallow (no data copied) under Copy-on-Write,
+    always on from pandas 3; a deep copy on an older pandas without it."""
+    shallow = _COPY_ON_WRITE or pd.get_option("mode.copy_on_write") is True
+    return frame.copy(deep=not shallow)
 
 
 # The JSON's tables in order (and where the findings go); those that grow with the trace's events are left out
