@@ -7,6 +7,8 @@ folder's ``paths.fingerprint`` as a key, so a run that is written again is read 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -14,6 +16,7 @@ import tracekit
 from app.paths import is_trace_name
 from tracekit.render import timeline
 from tracekit.events.classify import classify
+from tracekit.api import read_run_json
 from tracekit.read.reader import read_rank
 
 
@@ -47,7 +50,30 @@ def rank_lanes(file: str, rank: int, origin_ns: int, key: tuple) -> pd.DataFrame
     return timeline.lanes(classify(events, comm_args, device_ranks=device_ranks), origin_ns)
 
 
+@st.cache_resource(max_entries=4, show_spinner=False)
+def thread_names(file: str, key: tuple) -> dict[str, str]:
+    """The names of a trace file's CPU threads by thread id (``tracekit.render.timeline.thread_names``)."""
+    return timeline.thread_names(file)
+
+
 @st.cache_resource(max_entries=8, show_spinner="Comparing…")
 def comparison(folder_a: str, key_a: tuple, folder_b: str, key_b: tuple) -> pd.DataFrame:
     """``tracekit.compare`` of two runs: metric, unit, a, b, ratio (b / a)."""
     return tracekit.compare(summary(folder_a, key_a), summary(folder_b, key_b)).table
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def workload_run(folder: str, stamp: int):
+    """The workload's ``run.json`` beside a run's traces (a ``WorkloadRun``), None without a readable one (``stamp``:
+    the file's modification time, so a rewritten file is read again)."""
+    return read_run_json(folder)
+
+
+def workload_of(folder) -> object:
+    """``workload_run`` of a run folder, keyed by its run.json's modification time."""
+    path = Path(folder) / "run.json"
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    return workload_run(str(folder), stamp)

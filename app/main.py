@@ -29,6 +29,7 @@ PAGES = (("overview", "Overview", ":material/dashboard:"), ("ranks", "Ranks", ":
          ("communication", "Communication", ":material/swap_horiz:"), ("idle", "Idle", ":material/hourglass_empty:"),
          ("timeline", "Timeline", ":material/view_timeline:"), ("allranks", "All ranks", ":material/view_agenda:"),
          ("whatif", "What if", ":material/science:"), ("compare", "Compare", ":material/compare_arrows:"),
+         ("ops", "Operators & kernels", ":material/developer_board:"), ("memory", "Memory", ":material/memory_alt:"),
          ("fsdp", "FSDP", ":material/view_module:"))
 HAS_FSDP = "tracekit.has_fsdp"  # whether the open run has FSDP units: the FSDP page is listed only then
 UPLOAD_LABEL = "upload"

@@ -29,10 +29,11 @@ if str(REPO) not in sys.path:  # the app is a folder of the repository, not an i
     sys.path.insert(0, str(REPO))
 from app import fmt, paths  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
-from tracekit.render import charts  # noqa: E402
+from tracekit.render import charts, charts_ops  # noqa: E402
+from test_charts_ops import write_memory_run  # noqa: E402
 
 MAIN = str(REPO / "app" / "main.py")
-PAGES = ("overview", "ranks", "communication", "idle", "timeline", "compare")
+PAGES = ("overview", "ranks", "communication", "idle", "timeline", "compare", "ops", "memory")
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +62,16 @@ def frame(at: AppTest, index: int) -> pd.DataFrame:
     return at.dataframe[index].value
 
 
-def same_table(shown: pd.DataFrame, expected: pd.DataFrame) -> None:
-    """The table on the page holds the Summary's values (missing values may come back as None or NaN)."""
+def same_table(shown: pd.DataFrame, expected: pd.DataFrame, na: pd.DataFrame | None = None,
+               numbers: bool = False) -> None:
+    """The table on the page holds the Summary's values (missing values may come back as None or NaN), as app.fmt
+    shows them: a column with an empty cell that reads 'n/a' as text (``fmt.shown``, unless ``numbers``), the others
+    as numbers."""
     def plain(df: pd.DataFrame) -> pd.DataFrame:
         df = df.reset_index(drop=True).astype(object)
         return df.where(df.notna(), None)
-    pd.testing.assert_frame_equal(plain(shown), plain(expected), check_dtype=False)
+    pd.testing.assert_frame_equal(plain(shown), plain(expected if numbers else fmt.shown(expected, na)),
+                                  check_dtype=False)
 
 
 def figures(at: AppTest) -> list[dict]:
@@ -133,8 +138,76 @@ def test_every_page_shows_the_summary(app, root, run):
     no_exception(at)
     other = at.selectbox(key="compare_b").value
     table = tracekit.compare(summary, tracekit.summarize(root / other.split("/", 1)[1])).table
-    same_table(frame(at, 0), table)
+    same_table(frame(at, 0), table, fmt.comparison_na(table), numbers=True)
+    assert at.dataframe[0].proto.placeholder == fmt.placeholder(table, fmt.comparison_na(table))
     assert at.query_params["b"] == other
+
+
+def frames(at: AppTest) -> list[pd.DataFrame]:
+    return [d.value for d in at.dataframe]
+
+
+def check_ops_and_memory_pages(at: AppTest, summary, rank: int) -> None:
+    """The Operators & kernels and Memory pages of an open run show the charts_ops tables of the rank."""
+    at.switch_page("views/ops.py").run()
+    no_exception(at)
+    assert at.title[0].value == "Operators & kernels"
+    kernels, ops = charts_ops.kernel_table(summary, rank), charts_ops.op_table(summary, rank)
+    shown = frames(at)
+    expected = [t for t in (kernels, ops) if not t.empty]
+    assert len(shown) == len(expected)
+    for table, want in zip(shown, expected):
+        same_table(table, want)
+    notes = [t.attrs["note"] for t in (kernels, ops) if t.empty]
+    assert all(any(n in box.value for box in at.info) for n in notes)
+    assert [f["layout"]["title"]["text"].split("<br>")[0] for f in figures(at)] == [
+        charts_ops.roofline(summary, rank).layout.title.text.split("<br>")[0],
+        charts_ops.op_time_per_step(summary, rank).layout.title.text]
+    at.radio(key="ops_group").set_value("name + input shapes").run()
+    no_exception(at)
+    if not ops.empty:
+        same_table(frames(at)[-1], charts_ops.op_table(summary, rank, by_shape=True))
+
+    at.switch_page("views/memory.py").run()
+    no_exception(at)
+    assert at.title[0].value == "Memory"
+    note = charts_ops.memory_note(summary, rank)
+    if note:
+        assert any(note in box.value for box in at.info) and not figures(at) and not at.dataframe
+        return
+    same_table(frames(at)[0], charts_ops.memory_peaks(summary, rank))
+    top = charts_ops.top_allocators(summary, rank)
+    if not top.empty:
+        same_table(frames(at)[1], top)
+    drawn = figures(at)[0]
+    want = charts_ops.memory_over_time(summary, rank)
+    assert [t["name"] for t in drawn["data"]] == [t.name for t in want.data]
+    assert numbers(drawn["data"][0]["y"]) == pytest.approx(list(want.data[0].y))
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_ops_and_memory_pages_on_each_run(app, root, run):
+    summary = tracekit.summarize(root / run)
+    at = app(run=f"runs/{run}", rank=1)
+    no_exception(at)
+    check_ops_and_memory_pages(at, summary, 1)
+
+
+def test_the_ops_and_memory_pages_on_a_gpu_run_with_memory_events(tmp_path, monkeypatch):
+    folder = write_memory_run(tmp_path / "gpu" / "a100-memory")
+    summary = tracekit.summarize(folder, cache=False, workers=1)
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(folder.parent)])
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params.update({"run": "gpu/a100-memory", "page": "ops"})
+    at.run()
+    no_exception(at)
+    assert at.title[0].value == "Operators & kernels"
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Device"] == "NVIDIA A100 SXM4 80GB" and shown["MFU"] == fmt.pct(summary.ranks["mfu_pct"].iloc[0])
+    roof = figures(at)[0]
+    assert "memory roof (2,039 GB/s)" in [t["name"] for t in roof["data"]]
+    check_ops_and_memory_pages(at, summary, 0)
+    assert len(figures(at)) == 1 and len(at.dataframe) == 2  # memory over time, peaks and top allocators
 
 
 def test_the_url_holds_run_page_and_rank(app):
@@ -363,3 +436,169 @@ def test_upload_in_the_app_then_a_refused_one(app, tmp_path):
     at.button(key="tracekit.upload_go").click().run()
     assert any("Upload refused" in e.value and "holds no trace" in e.value for e in at.error)
     assert at.selectbox(key="run").value == opened
+
+
+# ------------------------------------------------------------------------------------- viewer polish (issue 22)
+
+def displayed(table) -> pd.DataFrame | None:
+    """The text a table's cells show (its Styler's display values), None when it was not styled."""
+    from streamlit import dataframe_util
+
+    shown = table.proto.arrow_data.styler.display_values
+    return dataframe_util.convert_arrow_bytes_to_pandas_df(shown) if shown else None
+
+
+def check_tables(at: AppTest, page: str) -> int:
+    """Every table of the page goes through app.fmt.table: Streamlit draws an empty cell as the table's placeholder,
+    'unknown' (never its default 'None'), and a share ('_pct') or a ratio that has no meaning is the text 'n/a'; no
+    cell shows 'None', 'nan' or '<NA>'. Returns the tables checked."""
+    for table in at.dataframe:
+        values, text = table.value.reset_index(drop=True), displayed(table)
+        assert text is not None, f"{page}: a table not shown through app.fmt.table"
+        if page == "compare":  # tracekit.compare's table as it is: one text for its empty cells
+            frame_ = table.value
+            assert table.proto.placeholder == fmt.placeholder(frame_, fmt.comparison_na(frame_)), page
+            assert set(text.to_numpy()[frame_.isna().to_numpy()]) <= {table.proto.placeholder}, page
+            continue
+        assert table.proto.placeholder == fmt.UNKNOWN, page
+        assert not text.isin(["None", "nan", "NaN", "<NA>", "NaT"]).any().any(), page
+        for col in values.columns:
+            empty = values[col].isna().to_numpy()
+            assert set(text[col].to_numpy()[empty]) <= {fmt.UNKNOWN}, (page, col)  # drawn as the placeholder
+            share = (str(col).endswith("_pct") and col != "saving_pct") or col == "ratio"
+            if share:
+                assert not empty.any(), (page, col)  # an empty share reads n/a, as text
+            elif col not in ("a", "b") and values[col].dtype == object and fmt.NOT_APPLICABLE in set(values[col]):
+                raise AssertionError(f"{page}: {col} says n/a")
+    return len(at.dataframe)
+
+
+TABLE_PAGES = ("overview", "ranks", "communication", "idle", "whatif", "compare", "ops", "memory", "fsdp")
+
+
+@pytest.mark.parametrize("run", ["tiny", *[r for r in sample_run_names() if r in ("resnet-gloo-2rank",
+                                                                                   "fsdp-gloo-2rank")]])
+def test_every_table_shows_unknown_or_na_never_none(app, run):
+    at = app(run=f"runs/{run}", rank=1)
+    checked = 0
+    for page in TABLE_PAGES:
+        at.switch_page(f"views/{page}.py").run()
+        no_exception(at)
+        checked += check_tables(at, page)
+    assert checked >= 8
+    at.switch_page("views/compare.py").run()
+    compare = next(t for t in at.dataframe if "ratio" in t.value.columns)
+    assert compare.value["ratio"].isna().any()  # memory 0 ms in both runs: a ratio of nothing
+    table = compare.value
+    assert compare.proto.placeholder == fmt.placeholder(table, fmt.comparison_na(table))
+    at.switch_page("views/overview.py").run()
+    ranks = next(t for t in at.dataframe if "mfu_pct" in t.value.columns).value
+    assert set(ranks["mfu_pct"]) == {fmt.NOT_APPLICABLE}  # no FLOPs recorded: as tracekit.fmt.pct writes it
+
+
+def test_only_app_fmt_draws_tables():
+    """Every st.dataframe / st.table of the pages is app.fmt.table's, so every table writes empty cells alike."""
+    for path in sorted((REPO / "app").rglob("*.py")):
+        calls = re.findall(r"\bst\.(?:dataframe|table|data_editor)\(", path.read_text())
+        assert path.name == "fmt.py" or not calls, f"{path.relative_to(REPO)} draws a table itself"
+
+
+def test_table_text_by_unit_and_bandwidth_digits():
+    frame = pd.DataFrame({"op": ["a", None], "dur_ms": [1.5, np.nan], "overlap_pct": [np.nan, 3.0],
+                          "busbw_gbps": [0.000626123, np.nan], "saving_pct": [np.nan, 1.0], "calls": [1, 2],
+                          "ratio": [np.nan, 2.0]})
+    styler = fmt.styled(frame)
+    shown = styler.to_string(delimiter="|").splitlines()[1:]
+    assert [line.split("|")[1:] for line in shown] == [
+        ["a", "1.50", "n/a", "0.000626", "unknown", "1", "n/a"],
+        ["unknown", "unknown", "3.0", "unknown", "1.0", "2", "2"]]
+    assert styler.data["dur_ms"].dtype.kind == "f"  # the values, and so the sorting, stay numbers
+    assert styler.data["overlap_pct"].tolist() == ["n/a", "3.0"]  # but for the column with an n/a
+    assert fmt.shown(frame.assign(overlap_pct=[1.0, 3.0]))["overlap_pct"].dtype.kind == "f"
+    # A compare table keeps its numbers: one text for its empty cells, n/a when each is a ratio of nothing or the
+    # bandwidth of an op a run never calls (as `tracekit compare` writes them), else unknown.
+    compare = pd.DataFrame({"metric": ["memory_ms", "x_calls_per_step", "x_median_busbw_gbps", "throughput"],
+                            "a": [0.0, 0.0, np.nan, 10.0], "b": [0.0, 2.0, 1.5, 20.0],
+                            "ratio": [np.nan, np.nan, np.nan, 2.0]})
+    assert fmt.placeholder(compare, fmt.comparison_na(compare)) == fmt.NOT_APPLICABLE
+    unknown = compare.assign(b=[0.0, 2.0, 1.5, np.nan])  # b's throughput: no run.json
+    assert fmt.placeholder(unknown, fmt.comparison_na(unknown)) == fmt.UNKNOWN
+    assert fmt.styled(compare, fmt.comparison_na(compare), numbers=True).data["a"].dtype.kind == "f"
+    assert [fmt.gbps(v) for v in (0.000626123, 0.0626, 26.66, 1234.4, 0.0, math.nan)] == [
+        "0.000626", "0.0626", "26.7", "1,234", "0", "unknown"]
+
+
+def test_the_overview_of_a_workload_run_lists_no_skipped_file(app, root):
+    """The workload's run.json beside the traces is no skipped file (tracekit no longer lists it)."""
+    for run in ["tiny", *[r for r in sample_run_names() if r == "resnet-gloo-2rank"]]:
+        assert (root / run / "run.json").is_file() and not tracekit.summarize(root / run).run.skipped
+        at = app(run=f"runs/{run}")
+        no_exception(at)
+        assert not [e for e in at.expander if "skipped" in e.label], run
+        assert at.title[0].value == "Overview"
+
+
+def fake_workload(workload, model=None, world_size=2):
+    from tracekit.summary.facts import WorkloadRun
+
+    return WorkloadRun.from_json({"workload": workload, "world_size": world_size,
+                                  **({"config": {"model": model}} if model else {})})
+
+
+def test_second_run_of_the_same_workload_and_model():
+    from app.pairing import second_run
+
+    facts = {"r/a": fake_workload("resnet", "resnet18"), "r/b": fake_workload("gpt"),
+             "r/c": fake_workload("resnet", "resnet50"), "r/d": fake_workload("resnet", "resnet18", 4),
+             "r/e": fake_workload("resnet", "resnet18"), "r/f": None}
+    runs = list(facts)
+    assert second_run("r/a", runs, facts.get) == "r/e"   # same workload, model and world size
+    assert second_run("r/e", runs, facts.get) == "r/a"   # after the last, the list wraps
+    assert second_run("r/c", runs, facts.get) == "r/e"   # no other resnet50: a resnet of the same world size
+    assert second_run("r/b", runs, facts.get) == "r/c"   # no other gpt run: the next run
+    assert second_run("r/f", runs, facts.get) == "r/a"   # no run.json: the next run
+    assert second_run("r/a", ["r/a"], facts.get) is None
+
+
+def test_compare_proposes_a_run_of_the_same_workload(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    for name, workload in (("a", "resnet"), ("b", "gpt"), ("c", "resnet")):
+        write_tiny_run(root / name)
+        (root / name / "run.json").write_text(json.dumps({"workload": workload, "config": {"model": "m"}}))
+    write_tiny_run(root / "d", with_run_json=False)
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(root)])
+    for opened, proposed in (("a", "c"), ("b", "c"), ("d", "a")):
+        at = AppTest.from_file(MAIN, default_timeout=60)
+        at.query_params.update({"run": f"runs/{opened}", "page": "compare"})
+        at.run()
+        no_exception(at)
+        assert at.selectbox(key="compare_b").value == f"runs/{proposed}", opened
+    if "resnet-gloo-2rank" in sample_run_names():
+        monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(REPO / "sample_traces")])
+        at = AppTest.from_file(MAIN, default_timeout=60)
+        at.query_params.update({"run": "sample_traces/resnet-gloo-2rank", "page": "compare"})
+        at.run()
+        assert at.selectbox(key="compare_b").value == "sample_traces/resnet-gloo-2rank-accum2"
+
+
+def test_the_timeline_names_cpu_threads(app):
+    runs = [r for r in sample_run_names() if r == "resnet-gloo-2rank"]
+    if not runs:
+        pytest.skip("needs sample_traces/resnet-gloo-2rank (a CPU-only run, whose lanes are threads)")
+    at = app(run=f"runs/{runs[0]}", page="timeline", rank=0)
+    no_exception(at)
+    yaxis = figures(at)[0]["layout"]["yaxis"]
+    labels = dict(zip(yaxis["tickvals"], yaxis["ticktext"]))
+    assert [labels[v] for v in yaxis["tickvals"] if v.startswith("thread ")][0] == "main thread"
+    assert sum(label.startswith("pt_gloo_runloop · ") for label in labels.values()) == 2
+
+
+def test_bandwidth_in_the_communication_tables_has_three_digits(app):
+    runs = [r for r in sample_run_names() if r == "resnet-gloo-2rank"]
+    at = app(run=f"runs/{(runs or ['tiny'])[0]}", page="communication")
+    no_exception(at)
+    ops = at.dataframe[0]
+    values, text = ops.value, displayed(ops)
+    assert text["median_busbw_gbps"].tolist() == [fmt.gbps(v) for v in values["median_busbw_gbps"]]
+    axis = figures(at)[0]["layout"]["yaxis"]
+    assert axis["tickformat"] == ",.3~r" and axis["exponentformat"] == "none" and axis["title"]["text"] == "busbw (GB/s)"

@@ -4,6 +4,7 @@ Streamlit exception; a screenshot of each page is saved under ``build/screenshot
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from test_charts_ops import write_memory_run
 from viewer_runs import REPO, make_root
 from workloads.ports import free_port
 
@@ -24,7 +26,9 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 SHOTS = REPO / "build" / "screenshots"
 PAGES = {"overview": ("Overview", 0), "ranks": ("Ranks", 2), "communication": ("Communication", 2),
          "idle": ("Idle", 2), "timeline": ("Timeline", 1), "allranks": ("All ranks", 1), "whatif": ("What if", 1),
-         "compare": ("Compare", 1)}
+         "compare": ("Compare", 1), "ops": ("Operators & kernels", 2), "memory": ("Memory", 0)}
+# On a GPU run with [memory] events (the sample runs have none): the roofline and the time per step; memory over time.
+MEMORY_RUN, MEMORY_PAGES = "a100-memory", {"ops": ("Operators & kernels", 2), "memory": ("Memory", 1)}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1500,1100"]
@@ -87,6 +91,7 @@ def wait_for_page(driver, title: str, charts: int, timeout: float = 45) -> None:
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
     root = make_root(tmp_path_factory.mktemp("runs") / "runs")
+    write_memory_run(root / MEMORY_RUN)
     port = free_port()
     proc = start_app(root, port)
     yield f"http://127.0.0.1:{port}", root.name
@@ -125,6 +130,19 @@ def test_every_page_renders_in_chromium(app_url, driver, slug):
     assert f"run={run.replace('/', '%2F')}" in driver.current_url and "rank=1" in driver.current_url
 
 
+@pytest.mark.parametrize("slug", list(MEMORY_PAGES))
+def test_the_ops_and_memory_pages_draw_a_gpu_run_with_memory_events(app_url, driver, slug):
+    base, label = app_url
+    title, charts = MEMORY_PAGES[slug]
+    driver.get(f"{base}/{slug}?{urlencode({'run': f'{label}/{MEMORY_RUN}', 'rank': 0})}")
+    wait_for_page(driver, title, charts)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / f"{slug}-{MEMORY_RUN}.png"))
+    exceptions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    assert not exceptions, exceptions[0].text
+    assert len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= charts
+
+
 def test_a_link_with_page_and_a_refused_run(app_url, driver):
     base, label = app_url
     driver.get(f"{base}/?{urlencode({'page': 'idle', 'run': f'{label}/../../etc'})}")
@@ -132,3 +150,81 @@ def test_a_link_with_page_and_a_refused_run(app_url, driver):
     errors = " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stAlert"]'))
     assert "Refused" in errors and "'..'" in errors
     assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+
+
+# ------------------------------------------------------------------------------------- viewer polish (issue 22)
+
+RECTS = """
+const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
+                   return r.width > 0 && r.height > 0 ? [r.left, r.top, r.right, r.bottom] : null; };
+const p = arguments[0];
+return {title: box(p.querySelector('.gtitle')), modebar: box(p.querySelector('.modebar')),
+        legend: box(p.querySelector('.legend')),
+        yticks: Array.from(p.querySelectorAll('.yaxislayer-above .ytick text')).map(t => t.textContent),
+        xticks: Array.from(p.querySelectorAll('.xaxislayer-above .xtick text')).map(t => t.textContent)};
+"""
+
+
+def overlap(a, b) -> bool:
+    return a is not None and b is not None and a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def open_page(driver, base: str, slug: str, run: str, rank: int = 0) -> None:
+    title, charts = PAGES[slug]
+    driver.get(f"{base}/{'' if slug == 'overview' else slug}?{urlencode({'run': run, 'rank': rank})}")
+    wait_for_page(driver, title, charts)
+
+
+def plots(driver) -> list[dict]:
+    """Each drawn chart's title, toolbar (shown by hovering the chart) and legend boxes, and its tick labels."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    found = []
+    for plot in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"):
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
+        ActionChains(driver).move_to_element(plot).perform()
+        time.sleep(0.3)
+        found.append(driver.execute_script(RECTS, plot))
+    return found
+
+
+@pytest.mark.parametrize("slug", [s for s in PAGES if PAGES[s][1]])
+def test_chart_titles_and_legends_are_clear_of_the_toolbar(app_url, driver, slug):
+    base, label = app_url
+    open_page(driver, base, slug, run_under_test(label))
+    drawn = plots(driver)
+    assert len(drawn) >= PAGES[slug][1]
+    for chart in drawn:
+        assert chart["title"] is not None and chart["modebar"] is not None, chart
+        assert not overlap(chart["title"], chart["modebar"]), (slug, chart)
+        assert not overlap(chart["legend"], chart["modebar"]), (slug, chart)
+
+
+def test_bandwidth_ticks_are_plain_numbers(app_url, driver):
+    """No SI prefixes on the log axes of the bandwidth chart (plotly's default writes 0.0001 as '100μ')."""
+    base, label = app_url
+    open_page(driver, base, "communication", run_under_test(label))
+    busbw = plots(driver)[0]
+    ticks = busbw["yticks"] + busbw["xticks"]
+    assert ticks and all(re.fullmatch(r"[0-9][0-9,]*(\.[0-9]+)?", t) for t in ticks), ticks
+
+
+def test_timeline_lanes_are_named_by_thread(app_url, driver):
+    base, label = app_url
+    run = run_under_test(label)
+    open_page(driver, base, "timeline", run)
+    lanes = plots(driver)[0]["yticks"]
+    if run.endswith("/tiny"):  # a GPU run: its lanes are streams
+        assert "stream 7" in lanes
+    else:
+        assert "main thread" in lanes and not [t for t in lanes if re.fullmatch(r"thread \d+", t)], lanes
+
+
+def test_overview_lists_no_skipped_file_and_compare_pairs_the_workload(app_url, driver):
+    base, label = app_url
+    run = run_under_test(label)
+    open_page(driver, base, "overview", run)
+    assert "skipped" not in driver.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+    open_page(driver, base, "compare", run)
+    proposed = f"{label}/resnet-gloo-2rank-accum2" if run.endswith("resnet-gloo-2rank") else f"{label}/tiny-copy"
+    assert f"b={proposed.replace('/', '%2F')}" in driver.current_url

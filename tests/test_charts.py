@@ -191,7 +191,7 @@ def test_timeline_lanes_from_a_real_classified_trace(tmp_path):
 
 def test_report_is_one_self_contained_file():
     text = html_report(tiny_summary())
-    assert text.count("<script") == 1 + 6  # plotly itself, then one script per chart
+    assert text.count("<script") == 1 + 7  # plotly itself, then one script per chart (the roofline the 7th)
     assert "<script src" not in text and "<link" not in text and "cdn.plot.ly" not in text.split("</head>")[1]
     assert "tiny &lt;run&gt;" in text and "tiny <run>" not in text  # the run's name is escaped
     for heading in ("Overview", "Ranks", "Communication", "Idle"):
@@ -228,3 +228,105 @@ def test_docstring_examples_run(monkeypatch):
     for module in (charts, timeline, tracekit.render.report):
         result = doctest.testmod(module, raise_on_error=False, verbose=False)
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+# ------------------------------------------------------------------------- titles, axes and thread names
+
+def every_figure(tmp_path):
+    """Every chart of tracekit/render/charts*.py and the timeline, on the tiny Summary and on a tiny real run."""
+    from tracekit.render import charts_ops, charts_run
+
+    small = tiny_summary()
+    run = tracekit.summarize(write_tiny_run(tmp_path / "tiny"), cache=False, workers=1)
+    table = tracekit.compare(run, run).table
+    whatif = pd.DataFrame({"scenario": ["baseline", "comm_x2"], "step_time_us": [1000.0, 800.0],
+                           "speedup": [1.0, 1.25], "saving_us": [0.0, 200.0], "saving_pct": [0.0, 20.0]})
+    lanes = pd.DataFrame({"lane": ["steps", "thread 1"], "kind": ["step", "compute"], "start_us": [0.0, 10.0],
+                          "dur_us": [900.0, 100.0], "name": ["ProfilerStep#1", "aten::mm"], "step": 1})
+    return {
+        "rank_breakdown": charts.rank_breakdown(small), "step_heatmap": charts.step_heatmap(small),
+        "busbw_vs_size": charts.busbw_vs_size(small), "wait_vs_transfer": charts.wait_vs_transfer(small),
+        "gap_histogram": charts.gap_histogram(small), "idle_by_cause": charts.idle_by_cause(small),
+        "compare_bars": charts.compare_bars(table), "allranks_timeline": charts_run.allranks_timeline(run, 2),
+        "whatif_bars": charts_run.whatif_bars(whatif, 1000.0), "roofline": charts_ops.roofline(run, 0),
+        "op_time_per_step": charts_ops.op_time_per_step(run, 0), "memory_over_time": charts_ops.memory_over_time(run, 0),
+        "timeline": timeline.figure(timeline.bars(lanes, 0, 1000), 0, 1000),
+    }
+
+
+def test_every_chart_title_sits_top_left_clear_of_the_toolbar(tmp_path):
+    """The modebar (plotly's toolbar, about 30 px tall) sits at the top right over the top of the figure: every title
+    is at the left just above the plot, under a free row for the toolbar, and no legend is at the top right."""
+    for name, fig in every_figure(tmp_path).items():
+        layout = fig.layout
+        assert layout.title.text, name
+        assert layout.title.xanchor == "left" and layout.title.x <= 0.02, name
+        assert (layout.title.yref, layout.title.y, layout.title.yanchor) == ("paper", 1, "bottom"), name
+        lines = layout.title.text.count("<br>") + 1
+        assert layout.margin.t is not None and layout.margin.t >= charts.TOP + 25 * (lines - 1), name
+        legend = layout.legend
+        top_right = (legend.y is None or legend.y >= 1) and legend.xanchor in (None, "auto", "right") \
+            and legend.orientation == "h"
+        assert not top_right, name
+
+
+def test_bandwidth_and_log_axes_read_in_plain_numbers():
+    """No SI prefixes on the log axes (plotly writes 1e-4 as '100μ' by default): 3 significant digits, in MB and GB/s."""
+    fig = charts.busbw_vs_size(tiny_summary())
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):
+        assert axis.type == "log" and axis.tickformat == ",.3~r" and axis.exponentformat == "none"
+    assert list(fig.data[0].x) == [4.0, 4.0, 4.0] and fig.layout.xaxis.title.text == "message size (MB)"
+    assert fig.layout.yaxis.title.text == "busbw (GB/s)" and "%{y:,.3~r} GB/s" in fig.data[0].hovertemplate
+    hist = charts.gap_histogram(tiny_summary())
+    assert hist.layout.xaxis.title.text == "gap (ms)" and hist.layout.xaxis.tickformat == ",.3~r"
+    assert max(max(t.x) for t in hist.data) < 0.13  # the longest gap is 120 us
+
+
+def thread_meta(tid, name, pid=100):
+    return {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}}
+
+
+def write_threaded_trace(path):
+    """A CPU-only rank: the main thread (tid = pid 100), an autograd thread, a thread named 'gloo' that Kineto also
+    lists under its inherited name 'python', and tid 9 with no thread_name event."""
+    from tracedata import cpu, step, write_trace
+
+    events = [thread_meta(100, "thread 100 (python)"), thread_meta(7, "thread 7 (pt_autograd_0)"),
+              thread_meta(8, "thread 8 (gloo)"), thread_meta(8, "thread 8 (python)"),
+              {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
+              step(1, 0, 1000, tid=100), cpu("aten::mm", 10, 100, tid=100), cpu("aten::mm", 200, 100, tid=7),
+              cpu("gloo:all_reduce", 400, 100, tid=8), cpu("aten::mm", 600, 50, tid=9)]
+    return write_trace(path, events, rank=0, world_size=1, backend="gloo")
+
+
+def test_timeline_lanes_are_named_by_thread_with_the_tid_in_the_hover(tmp_path):
+    path = write_threaded_trace(tmp_path / "rank-0.json.gz")
+    names = timeline.thread_names(path)
+    assert names == {"100": "main thread", "7": "pt_autograd_0", "8": "gloo"}
+    _, events, comm_args = read_rank(path, default_rank=0)
+    lanes = timeline.lanes(classify(events, comm_args), 0)
+    assert {"thread 100", "thread 8"} <= set(lanes["lane"])  # the lanes of the threads that hold device-time events
+    more = pd.DataFrame({"lane": ["thread 7", "thread 9"], "kind": "compute", "start_us": [200.0, 600.0],
+                         "dur_us": [100.0, 50.0], "name": "aten::mm", "step": 1})
+    lanes = pd.concat([lanes, more], ignore_index=True)
+    fig = timeline.figure(timeline.bars(lanes, 0, 1000), 0, 1000, threads=names)
+    labels = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext))
+    assert labels == {"steps": "steps", "thread 100": "main thread", "thread 7": "pt_autograd_0", "thread 8": "gloo",
+                      "thread 9": "thread 9"}
+    hovers = {lane: where for t in fig.data for lane, where in zip(t.y, t.customdata)}
+    assert hovers["thread 100"] == "main thread (tid 100)" and hovers["thread 9"] == "thread 9"
+    assert "%{customdata}" in fig.data[0].hovertemplate
+    # Two threads of one name keep apart by their ids; a file without names, or not a trace, names none.
+    assert timeline.lane_names(["thread 1", "thread 2"], {"1": "pt_gloo_runloop", "2": "pt_gloo_runloop"}) == {
+        "thread 1": "pt_gloo_runloop · 1", "thread 2": "pt_gloo_runloop · 2"}
+    (tmp_path / "bad.json").write_text("{not json")
+    assert timeline.thread_names(tmp_path / "bad.json") == {} and timeline.thread_names(tmp_path / "none.json") == {}
+    assert timeline.lane_names(["thread 3", "stream 7"]) == {"thread 3": "thread 3", "stream 7": "stream 7"}
+
+
+def test_sample_traces_name_their_gloo_threads():
+    sample = SAMPLES / "resnet-gloo-2rank" / "rank-0.pt.trace.json.gz"
+    if not sample.is_file():
+        pytest.skip("needs sample_traces/resnet-gloo-2rank")
+    names = timeline.thread_names(sample)
+    assert sorted(names.values()) == ["main thread", "pt_gloo_runloop", "pt_gloo_runloop"]

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app import fmt, loader, paths, state
+from app.pairing import second_run
 from tracekit.render import charts
 from tracekit.errors import TracekitError
 
@@ -15,8 +16,17 @@ if not others:
 asked = state.take_from_url("b")
 if asked in others:
     st.session_state["compare_b"] = asked
-if st.session_state.get("compare_b") not in others:
-    st.session_state["compare_b"] = others[0]
+
+
+def _workload(run_id: str):
+    try:
+        return loader.workload_of(paths.resolve_run(run_id, ctx.roots))
+    except paths.PathRefused:
+        return None
+
+
+if st.session_state.get("compare_b") not in others:  # a run of the same workload, else the next one
+    st.session_state["compare_b"] = second_run(ctx.run_id, list(ctx.runs), _workload) or others[0]
 other = st.selectbox("Compare with", others, key="compare_b")
 st.query_params["b"] = other
 try:
@@ -38,6 +48,7 @@ for name, run_summary in (("a", ctx.summary), ("b", b)):
     cols[1].metric(f"{name}: exposed comm", fmt.pct(head["exposed_comm_pct"]))
     cols[2].metric(f"{name}: comm overlapped", fmt.pct(head["overlap_pct"]))
     cols[3].metric(f"{name}: idle", fmt.pct(head["idle_pct"]))
-st.dataframe(table, hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.4g")
-                                                    for c in ("a", "b", "ratio") if c in table})
+# The numbers stay numbers (the table is tracekit.compare's, as it is); its empty cells read n/a where each is a ratio
+# of nothing or the bandwidth of an op a run never calls, as `tracekit compare` writes them, else unknown.
+fmt.table(table, na=fmt.comparison_na(table), numbers=True, key="compare_table")
 st.plotly_chart(charts.compare_bars(table, "a", "b"), key="compare_chart")

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app import fmt, state
+from tracekit.render.charts import TITLE, TOP
 
 BARS = (("compute_us", "compute"), ("allgather_us", "all-gather"), ("allgather_exposed_us", "exposed all-gather"))
 
@@ -41,19 +42,19 @@ columns = st.columns(2)
 for column, phase in zip(columns, ("forward", "backward")):
     part = per_unit[per_unit["phase"] == phase]
     fig = go.Figure([go.Bar(name=label, x=part["unit"].astype(str), y=part[col] / 1e3) for col, label in BARS])
-    fig.update_layout(title=f"{phase} (ms per step)", barmode="group", yaxis_title="ms", xaxis_title="unit, in order",
-                      height=360, margin=dict(t=40, b=40))
+    fig.update_layout(title=dict(text=f"{phase} (ms per step)", **TITLE), barmode="group", yaxis_title="ms",
+                      xaxis_title="unit, in order", height=390, margin=dict(t=TOP, b=40))
     column.plotly_chart(fig, key=f"fsdp_{phase}")
 
 st.subheader("Per unit")
 st.caption("prefetch: 'prefetched' when the unit's all-gather was issued before it asked for its parameters, "
            "'on demand' when issued at that moment, 'no gather' when its parameters stayed unsharded.")
 shown = fmt.display_units(per_unit.drop(columns=["prefetched", "on_demand"]))
-st.dataframe(shown, hide_index=True, column_config=fmt.columns(shown))
+fmt.table(shown, key="fsdp_units")
 
 st.subheader("Per rank")
 totals = fmt.display_units(s.fsdp_totals())
-st.dataframe(totals, hide_index=True, column_config=fmt.columns(totals))
+fmt.table(totals, key="fsdp_totals")
 
 st.subheader("Findings for sharded training")
 mine = [f for f in s.findings if str(f.kind).startswith("fsdp_")]

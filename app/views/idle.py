@@ -18,5 +18,5 @@ gaps = charts.largest_gaps(s, 20)
 links = [f"timeline?{urlencode({'run': ctx.run_id, 'page': 'timeline', 'rank': int(r), 'at': f'{t:.3f}'})}"
          for r, t in zip(gaps["rank"], gaps["start_us"])]
 gaps = fmt.display_units(gaps)
-st.dataframe(gaps.assign(timeline=links), hide_index=True,
-             column_config=fmt.columns(gaps) | {"timeline": st.column_config.LinkColumn("timeline", display_text="open")})
+fmt.table(gaps.assign(timeline=links), key="idle_gaps",
+          column_config={"timeline": st.column_config.LinkColumn("timeline", display_text="open")})

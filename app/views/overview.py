@@ -42,10 +42,10 @@ for f in s.findings:
 
 st.subheader("Per rank")
 ranks = fmt.display_units(s.ranks)
-st.dataframe(ranks, hide_index=True, column_config=fmt.columns(ranks))
+fmt.table(ranks, key="overview_ranks")
 if s.run.skipped:
     with st.expander(f"{len(s.run.skipped)} file(s) skipped"):
-        st.dataframe([{"path": f.path, "reason": f.reason} for f in s.run.skipped], hide_index=True)
+        fmt.table([{"path": f.path, "reason": f.reason} for f in s.run.skipped], key="overview_skipped")
 
 quality_notes = quality.notes(s.data_quality)
 if quality_notes:
@@ -54,4 +54,4 @@ if quality_notes:
     for note in quality_notes:
         st.info(note)
     with st.expander("Per rank"):
-        st.dataframe(s.data_quality, hide_index=True)
+        fmt.table(s.data_quality, key="overview_quality")

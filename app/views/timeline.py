@@ -62,7 +62,8 @@ else:
 
 t0, t1 = st.session_state.get(WINDOW, (t0, t1))
 drawn = timeline.bars(pd.concat([events, timeline.gap_lane(gaps)], ignore_index=True), t0, t1, WIDTH_PX)
-fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {(t1 - t0) / 1e3:,.2f} ms")
+fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {(t1 - t0) / 1e3:,.2f} ms",
+                      threads=loader.thread_names(files[ctx.rank], ctx.key))
 marker = st.session_state.get("timeline_at")
 if marker is not None and t0 <= marker <= t1:
     fig.add_vline(x=marker / 1e3, line_dash="dot", line_color="#333")
@@ -83,7 +84,8 @@ binned = drawn[drawn["n"] > 1]
 left, right = st.columns([4, 1])
 left.caption(f"{shown:,} events of {len(events):,} in view, drawn as {len(drawn):,} bars "
              f"({len(binned):,} of them bins holding {int(binned['n'].sum()):,} events too small to see at this zoom). "
-             "Box-select on the chart to zoom in; idle gaps are shaded.")
+             "Box-select on the chart to zoom in; idle gaps are shaded. CPU threads are named as the trace names them "
+             "(the thread id is in the hover).")
 if WINDOW in st.session_state and right.button("Reset zoom", key="timeline_reset"):
     _clear_window()
     st.rerun()

@@ -17,7 +17,7 @@ table = loader.whatif(str(ctx.folder), ctx.key)
 measured = charts.headline(s)["step_time_us"]
 st.plotly_chart(charts_run.whatif_bars(table, measured), key="whatif_bars")
 shown = charts_run.whatif_table(table)
-st.dataframe(shown, hide_index=True, column_config=fmt.columns(shown))
+fmt.table(shown, key="whatif_table")
 st.caption(
     "Each scenario replays the run's dependency graph with measured times changed, so the critical path may move: "
     "baseline (nothing changed; should match the measured step time, the dashed line), no_straggler (the last "

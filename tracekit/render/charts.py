@@ -2,7 +2,7 @@
 Streamlit viewer (``app/``) and the HTML report.
 
 Pure: nothing here reads files, caches, or prints; inputs are never changed. The charts read the Summary's columns
-as ``tracekit.schema`` lists them. Times are drawn in ms, sizes in bytes.
+as ``tracekit.schema`` lists them. Times are drawn in ms, sizes in MB, bandwidths in GB/s.
 
 >>> import tracekit
 >>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")
@@ -26,8 +26,21 @@ COLORS = {
     "idle": "#BAB0AC", "idle: host": "#B279A2", "idle: sync": "#FF9DA6", "idle: data": "#9D755D",
     "idle: comm_wait": "#EECA3B", "idle: other": "#BAB0AC", "wait": "#EECA3B", "transfer": "#E45756",
 }
-_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
+TOP = 70  # px above the plot: the toolbar's row, then the title's (``TOP_NOTED`` with a subtitle under the title)
+TOP_NOTED = 95
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=TOP, b=50),
                legend=dict(orientation="h", y=-0.2, traceorder="normal"))
+# Every chart's title sits at the top left, just above the plot, in a top margin (``TOP``) tall enough that the row
+# above it is free for the toolbar (plotly's modebar, at the top right, drawn over the top of the figure): a long
+# title in a narrow column then runs under the toolbar's row, not into it.
+TITLE = dict(x=0.01, xanchor="left", xref="container", y=1, yanchor="bottom", yref="paper", pad=dict(b=10))
+# Log axes read in plain numbers with 3 significant digits (plotly's default writes 0.0001 as "100μ").
+LOG_AXIS = dict(type="log", tickformat=",.3~r", exponentformat="none")
+
+
+def title(text: str) -> dict:
+    """A figure's ``layout.title``: ``text`` at the top left (``TITLE``)."""
+    return dict(text=text, **TITLE)
 
 
 def headline(summary) -> dict:
@@ -104,7 +117,7 @@ def rank_breakdown(summary) -> go.Figure:
                hovertemplate=f"{part}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
         for part in seg.columns[1:]
     ])
-    fig.update_layout(barmode="stack", title="Where each rank's time goes (window)", yaxis_title="ms", **_LAYOUT)
+    fig.update_layout(barmode="stack", title=title("Where each rank's time goes (window)"), yaxis_title="ms", **_LAYOUT)
     return fig
 
 
@@ -115,7 +128,7 @@ def step_heatmap(summary) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=grid.to_numpy() / 1e3, x=[str(s) for s in grid.columns], y=[f"rank {r}" for r in grid.index],
         colorscale="Viridis", colorbar_title="ms", hovertemplate="%{y}, step %{x}: %{z:,.2f} ms<extra></extra>"))
-    fig.update_layout(title="Step time per rank and step", xaxis_title="step", height=max(260, 120 + 40 * len(grid)),
+    fig.update_layout(title=title("Step time per rank and step"), xaxis_title="step", height=max(260, 120 + 40 * len(grid)),
                       **_LAYOUT)
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category", autorange="reversed")
@@ -142,18 +155,20 @@ def op_table(summary) -> pd.DataFrame:
 
 
 def busbw_vs_size(summary) -> go.Figure:
-    """Bus bandwidth against message size, one colour per op, log axes; calls of unknown size are left out."""
+    """Bus bandwidth (GB/s) against message size (MB), one colour per op, log axes in plain numbers (``LOG_AXIS``);
+    calls of unknown size are left out."""
     calls = _window(summary.collectives)
     calls = calls[(calls["bytes"] > 0) & (calls["busbw_gbps"] > 0)]
     fig = go.Figure([
-        go.Scatter(x=group["bytes"], y=group["busbw_gbps"], mode="markers", name=str(op),
-                   customdata=group["rank"], hovertemplate="%{x:.3s}B, %{y:.3g} GB/s, rank %{customdata}")
+        go.Scatter(x=group["bytes"] / 1e6, y=group["busbw_gbps"], mode="markers", name=str(op),
+                   customdata=group["rank"], hovertemplate="%{x:,.3~r} MB, %{y:,.3~r} GB/s, rank %{customdata}"
+                                                           "<extra></extra>")
         for op, group in calls.groupby(calls["op"].astype(str))
     ])
-    fig.update_layout(title="Bus bandwidth against message size", xaxis_title="bytes", yaxis_title="busbw (GB/s)",
-                      **_LAYOUT)
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    fig.update_layout(title=title("Bus bandwidth against message size"), xaxis_title="message size (MB)",
+                      yaxis_title="busbw (GB/s)", **_LAYOUT)
+    fig.update_xaxes(**LOG_AXIS)
+    fig.update_yaxes(**LOG_AXIS)
     if calls.empty:
         _note(fig, "no collective with a known size in the window")
     return fig
@@ -172,7 +187,7 @@ def wait_vs_transfer(summary) -> go.Figure:
     for part in ("wait", "transfer"):
         fig.add_bar(name=part, x=[f"rank {r}" for r in table["rank"]], y=table[part] / 1e3,
                     marker_color=COLORS[part], hovertemplate=f"{part}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
-    fig.update_layout(barmode="stack", title="Collectives: waiting for the last rank vs transferring",
+    fig.update_layout(barmode="stack", title=title("Collectives: waiting for the last rank vs transferring"),
                       yaxis_title="ms", **_LAYOUT)
     return fig
 
@@ -180,7 +195,7 @@ def wait_vs_transfer(summary) -> go.Figure:
 # ------------------------------------------------------------------------------------------------- idle
 
 def gap_histogram(summary, bins: int = 40) -> go.Figure:
-    """Histogram of idle-gap durations on log-spaced bins, stacked by cause."""
+    """Histogram of idle-gap durations (ms) on log-spaced bins, stacked by cause."""
     gaps = summary.gaps[summary.gaps["dur_us"] > 0]
     fig = go.Figure()
     if gaps.empty:
@@ -192,11 +207,11 @@ def gap_histogram(summary, bins: int = 40) -> go.Figure:
         for cause, group in gaps.groupby(gaps["cause"].astype(str)):
             counts, _ = np.histogram(group["dur_us"], edges)
             name = f"idle: {cause}"
-            fig.add_bar(x=centers, y=counts, width=widths, name=name, marker_color=COLORS.get(name),
-                        hovertemplate="%{x:.3s} us: %{y} gaps")
-    fig.update_layout(barmode="stack", title="Idle gaps by duration", xaxis_title="gap (us)", yaxis_title="gaps",
-                      bargap=0, **_LAYOUT)
-    fig.update_xaxes(type="log")
+            fig.add_bar(x=centers / 1e3, y=counts, width=widths / 1e3, name=name, marker_color=COLORS.get(name),
+                        hovertemplate="%{x:,.3~r} ms: %{y} gaps")
+    fig.update_layout(barmode="stack", title=title("Idle gaps by duration"), xaxis_title="gap (ms)",
+                      yaxis_title="gaps", bargap=0, **_LAYOUT)
+    fig.update_xaxes(**LOG_AXIS)
     return fig
 
 
@@ -208,7 +223,7 @@ def idle_by_cause(summary) -> go.Figure:
         name = f"idle: {cause}"
         fig.add_bar(name=name, x=[f"rank {r}" for r in causes["rank"]], y=causes[cause] / 1e3,
                     marker_color=COLORS.get(name), hovertemplate=f"{name}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
-    fig.update_layout(barmode="stack", title="Idle time by cause", yaxis_title="ms", **_LAYOUT)
+    fig.update_layout(barmode="stack", title=title("Idle time by cause"), yaxis_title="ms", **_LAYOUT)
     return fig
 
 
@@ -239,7 +254,7 @@ def compare_bars(table: pd.DataFrame, a_label: str = "a", b_label: str = "b") ->
         y = [shown[col].get(name, float("nan")) for col in ("a", "b")]
         fig.add_bar(name=label, x=[a_label, b_label], y=y, marker_color=COLORS.get(label),
                     hovertemplate=f"{label}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
-    fig.update_layout(barmode="stack", title="Side by side: where each step goes", yaxis_title="ms per step",
+    fig.update_layout(barmode="stack", title=title("Side by side: where each step goes"), yaxis_title="ms per step",
                       **_LAYOUT)
     return fig
 

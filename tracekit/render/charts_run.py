@@ -19,7 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tracekit.render import timeline
-from tracekit.render.charts import COLORS, IDLE_CAUSES
+from tracekit.render.charts import COLORS, IDLE_CAUSES, TITLE, TOP
 from tracekit.predict.critical_path import CATEGORIES
 
 PATH_COLORS = {"compute": "#1F3B73", "comm_transfer": "#A11D21", "launch": "#6A3D9A", "host": "#B15928",
@@ -111,8 +111,9 @@ def allranks_timeline(summary, step: int, width_px: int = 1400) -> go.Figure:
     _gaps(fig, step_gaps(summary, step), t0, t1, width_px)
     _path(fig, summary, step)
     fig.update_layout(
-        title=f"Step {step}, all ranks: {(t1 - t0) / 1e3:,.2f} ms", barmode="overlay", template="plotly_white",
-        height=max(480, 120 + 34 * len(order)), margin=dict(l=160, r=20, t=50, b=50), bargap=0.3,
+        title=dict(text=f"Step {step}, all ranks: {(t1 - t0) / 1e3:,.2f} ms", **TITLE), barmode="overlay",
+        template="plotly_white", height=max(480, 130 + 34 * len(order)), margin=dict(l=160, r=20, t=TOP, b=50),
+        bargap=0.3,
         legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01),
         xaxis=dict(title="ms from the run's start (corrected clock)", range=[t0 / 1e3, t1 / 1e3]),
         yaxis=dict(type="category", categoryorder="array", categoryarray=order[::-1], tickmode="array",
@@ -210,7 +211,7 @@ def whatif_bars(table: pd.DataFrame, measured_us: float | None = None) -> go.Fig
     if measured_us is not None and np.isfinite(measured_us):
         fig.add_hline(y=measured_us / 1e3, line_dash="dash", line_color="#333")
         title += f" (dashed: measured, {measured_us / 1e3:,.1f} ms)"
-    fig.update_layout(title=title, yaxis_title="ms per step",
-                      template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), showlegend=False)
+    fig.update_layout(title=dict(text=title, **TITLE), yaxis_title="ms per step",
+                      template="plotly_white", margin=dict(l=60, r=20, t=TOP, b=50), showlegend=False)
     fig.update_xaxes(type="category")
     return fig

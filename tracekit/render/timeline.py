@@ -3,7 +3,8 @@
 It stays responsive on 100k+ events because it never draws more than about two bars per pixel per lane:
 events nested inside a longer one on the same lane are hidden by it, events at least a pixel wide are drawn
 one by one, and the rest are binned per lane and kind into bars that say how many events they hold.
-Pure: no file is read here (``tracekit.read.reader.read_rank`` + ``tracekit.events.classify.classify`` give the events).
+The events come from ``tracekit.read.reader.read_rank`` + ``tracekit.events.classify.classify``; the one file read here
+is for the names of the CPU threads (``thread_names``: Kineto's ``thread_name`` metadata, which the reader skips).
 
 >>> events = pd.DataFrame({"lane": "stream 7", "kind": "compute", "start_us": [0.0, 10.0, 10.5],
 ...                        "dur_us": [8.0, 0.2, 0.2], "name": ["gemm", "a", "b"], "step": 1})
@@ -13,17 +14,84 @@ Pure: no file is read here (``tracekit.read.reader.read_rank`` + ``tracekit.even
 
 from __future__ import annotations
 
+import re
+
+import msgspec
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tracekit.errors import TracekitError
 from tracekit.events.classify import STEP_NAME
 from tracekit.read.categories import DEVICE_CATEGORIES
+from tracekit.read.files import as_path, load_bytes
+from tracekit.render.charts import TITLE, TOP
 
 KIND_COLORS = {"step": "#D3D3D3", "compute": "#4C78A8", "comm": "#E45756", "memory": "#F58518", "idle": "#BAB0AC"}
 LANE_COLUMNS = ("lane", "kind", "start_us", "dur_us", "name", "step")
 BAR_COLUMNS = ("lane", "kind", "start_us", "dur_us", "n", "label")
 MAX_SHADED_GAPS = 200
+MAIN_THREAD = "main thread"  # the thread whose id is its process's: the one that runs the Python script
+
+
+class _Meta(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _Named(msgspec.Struct, gc=False):
+    name: str = ""
+
+
+class _MetaTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_Meta] | None = None
+
+
+_META_DECODER = msgspec.json.Decoder(_MetaTrace | list[_Meta])
+_KINETO_NAME = re.compile(r"thread \S+ \((.*)\)")  # Kineto writes "thread 1124 (pt_gloo_runloop)"
+
+
+def thread_names(path) -> dict[str, str]:
+    """The CPU threads' names in a trace file, by thread id as the events table writes it (``'1124'``), from its
+    ``thread_name`` metadata events (``"ph": "M"``): ``main thread`` for the thread whose id is its process's, else
+    the name the thread gave itself (a thread inherits its process's name until it sets its own, so a later name
+    equal to the main thread's is the inherited one). Empty when the file holds none or cannot be read."""
+    try:
+        trace = _META_DECODER.decode(load_bytes(as_path(path)))
+    except (msgspec.MsgspecError, TracekitError):
+        return {}
+    events = trace if isinstance(trace, list) else trace.traceEvents or []
+    seen: dict[tuple[str, str], list[str]] = {}
+    for e in events:
+        if e.ph == "M" and e.name == "thread_name" and e.tid is not None:
+            try:
+                name = msgspec.json.decode(e.args, type=_Named).name.strip() if len(e.args) else ""
+            except msgspec.MsgspecError:
+                continue
+            match = _KINETO_NAME.fullmatch(name)
+            if match and match.group(1).strip():
+                name = match.group(1).strip()
+            if name:
+                seen.setdefault((str(e.pid), str(e.tid)), []).append(name)
+    out: dict[str, str] = {}
+    for (pid, tid), names in seen.items():
+        inherited = seen.get((pid, pid), [None])[0]
+        own = [n for n in names if n != inherited]
+        out.setdefault(tid, MAIN_THREAD if tid == pid else (own or names)[-1])
+    return out
+
+
+def lane_names(lanes, threads: dict[str, str] | None = None) -> dict[str, str]:
+    """The label of each lane: a ``thread T`` lane by its thread's name in ``threads`` (``thread_names``), with
+    ``· T`` added where two threads share a name; other lanes (and threads without a name) as they are."""
+    threads = threads or {}
+    named = {lane: threads.get(lane.split(" ", 1)[1], "") if lane.startswith("thread ") else ""
+             for lane in dict.fromkeys(lanes)}
+    twice = {n for n in named.values() if n and list(named.values()).count(n) > 1}
+    return {lane: (f"{n} · {lane.split(' ', 1)[1]}" if n in twice else n) if n else lane for lane, n in named.items()}
 
 
 def lanes(events: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
@@ -105,15 +173,19 @@ def lane_order(names) -> list[str]:
 
 
 def figure(drawn: pd.DataFrame, t0_us: float, t1_us: float, gaps: pd.DataFrame | None = None,
-           title: str = "Timeline") -> go.Figure:
-    """The timeline of ``bars()`` output: one lane per row, times in ms; the longest gaps in view shaded."""
+           title: str = "Timeline", threads: dict[str, str] | None = None) -> go.Figure:
+    """The timeline of ``bars()`` output: one lane per row, times in ms; the longest gaps in view shaded. CPU thread
+    lanes are labelled by ``threads`` (``thread_names``: name by thread id), the thread id in the hover."""
     order = lane_order(drawn["lane"])
+    labels = lane_names(order, threads)
     fig = go.Figure()
     for (kind, many), group in drawn.groupby([drawn["kind"], drawn["n"] > 1], sort=True):
+        where = [f"{labels[lane]} (tid {lane.split(' ', 1)[1]})" if lane.startswith("thread ") and labels[lane] != lane
+                 else lane for lane in group["lane"]]
         fig.add_bar(orientation="h", y=group["lane"], x=group["dur_us"] / 1e3, base=group["start_us"] / 1e3,
                     name=f"{kind} (binned)" if many else kind, marker_color=KIND_COLORS.get(kind, "#888"),
-                    marker_line_width=0, opacity=0.55 if many else 1.0, hovertext=group["label"],
-                    hovertemplate="%{hovertext}<br>%{base:,.3f} ms<extra></extra>")
+                    marker_line_width=0, opacity=0.55 if many else 1.0, hovertext=group["label"], customdata=where,
+                    hovertemplate="%{hovertext}<br>%{base:,.3f} ms<extra>%{customdata}</extra>")
     shapes = []
     if gaps is not None and len(gaps):
         in_view = gaps[(gaps["start_us"] < t1_us) & (gaps["start_us"] + gaps["dur_us"] > t0_us)]
@@ -121,12 +193,14 @@ def figure(drawn: pd.DataFrame, t0_us: float, t1_us: float, gaps: pd.DataFrame |
         for g in in_view[in_view["dur_us"] >= min_us].nlargest(MAX_SHADED_GAPS, "dur_us").itertuples():
             shapes.append(dict(type="rect", xref="x", yref="paper", x0=g.start_us / 1e3, x1=(g.start_us + g.dur_us) / 1e3,
                                y0=0, y1=1, fillcolor=KIND_COLORS["idle"], opacity=0.25, line_width=0, layer="below"))
+    # The title at the top left and the legend under the chart: the top right is the toolbar's (modebar).
     fig.update_layout(
-        title=title, barmode="overlay", template="plotly_white", shapes=shapes, height=120 + 36 * max(len(order), 1),
-        margin=dict(l=90, r=20, t=60, b=40), bargap=0.25,
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
+        title=dict(text=title, **TITLE), barmode="overlay", template="plotly_white", shapes=shapes,
+        height=180 + 36 * max(len(order), 1), margin=dict(l=90, r=20, t=TOP, b=100), bargap=0.25,
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, xanchor="left", x=0),
         xaxis=dict(title="ms from the run's start", range=[t0_us / 1e3, t1_us / 1e3]),
-        yaxis=dict(type="category", categoryorder="array", categoryarray=order[::-1]),
+        yaxis=dict(type="category", categoryorder="array", categoryarray=order[::-1], tickmode="array",
+                   tickvals=order, ticktext=[labels[lane] for lane in order], automargin=True),
     )
     return fig
 

@@ -1,0 +1,64 @@
+"""Operators & kernels: what ran on one rank (pick it in the sidebar): its kernels and its ops, sortable; the ops on
+the device's roofline; and the top ops' self time per step. Everything comes from the Summary's tables."""
+
+import math
+
+import streamlit as st
+
+from app import fmt, state
+from tracekit import fmt as fmt_num
+from tracekit.render import charts_ops
+
+GROUPS = {"name": False, "name + input shapes": True}
+
+ctx = state.context()
+s = ctx.summary
+state.header("Operators & kernels", ctx)
+rank = ctx.rank
+device = charts_ops.is_device_rank(s, rank)
+peaks, why = charts_ops.device_peaks(s, rank)
+row = s.ranks[s.ranks["rank"] == rank]
+
+
+def rank_value(column: str) -> float:
+    return float(row[column].iloc[0]) if len(row) and column in row else math.nan
+
+
+flops, mfu = rank_value("matmul_flops_per_step"), rank_value("mfu_pct")
+cards = st.columns(3)
+cards[0].metric("Device", peaks.name if peaks is not None else "unknown" if device else "CPU only", border=True,
+                help="the datasheet entry (tracekit.devices) the device matched" if peaks is not None else why)
+cards[1].metric("Matmul GFLOP per step", fmt_num.UNKNOWN if math.isnan(flops) else f"{flops / 1e9:,.4g}", border=True,
+                help="counted matmul-class FLOPs from the recorded shapes, mean over the window's steps")
+cards[2].metric("MFU", fmt_num.UNKNOWN if device and math.isnan(mfu) else fmt.pct(mfu), border=True,
+                help="the time those FLOPs take at the device's dense peak, over the step time (n/a on the CPU)")
+st.caption(f"Rank {rank} (pick another in the sidebar). Times are "
+           + ("device times." if device else "host times: this rank ran on the CPU only.")
+           + " Click a column header to sort; 'unknown' where the trace does not give a number.")
+
+st.subheader("Kernels")
+kernels = charts_ops.kernel_table(s, rank)
+if kernels.empty:
+    st.info(kernels.attrs["note"])
+else:
+    st.caption("Over the window's steps (as HolisticTraceAnalysis' kernel breakdown); trace_calls counts the whole "
+               "trace. kind_share_pct: share of the rank's time of that kind; rank_spread_pct: (largest - smallest) "
+               "/ mean of the name's total over the ranks.")
+    fmt.table(kernels, key="ops_kernels")
+
+st.subheader("Operators")
+group = st.radio("Group ops by", list(GROUPS), horizontal=True, key="ops_group")
+by_shape = GROUPS[group]
+ops = charts_ops.op_table(s, rank, by_shape)
+if ops.empty:
+    st.info(ops.attrs["note"])
+else:
+    st.caption("Over the whole trace, as torch.profiler's key_averages(): self time leaves out the ops an op "
+               "encloses. GFLOP and MB from the recorded shapes; achieved rates over "
+               + ("the op's device time" if device else "its host time")
+               + ("; roofline_ms: its time at the device's roofs." if peaks is not None else f"; {why}."))
+    fmt.table(ops, key=f"ops_table_{by_shape}")
+
+left, right = st.columns(2)
+left.plotly_chart(charts_ops.roofline(s, rank, by_shape), key=f"ops_roofline_{rank}_{by_shape}")
+right.plotly_chart(charts_ops.op_time_per_step(s, rank), key=f"ops_per_step_{rank}")
