@@ -51,10 +51,11 @@ def _prediction_errors(with_straggler, without) -> tuple[float, float, dict]:
     return (raw - measured) / measured, (scaled - measured) / measured, slowdown
 
 
-# The raw comparison presumes the machine computed at the same speed in both runs, up to the contention between
-# ranks that the issue measured (~20%). tracekit measures each rank's compute speed in both runs; where another job
-# on the shared machine moved it further than this, the raw error measures that job, not the replay.
-SAME_SPEED = 1.25
+# The raw comparison presumes the machine computed at the same speed in both runs. tracekit measures each rank's
+# compute speed in both runs; where another job on the shared machine moved it, the raw error measures that job,
+# not the replay: it follows the drift about one for one (CI, 2026-12-01: compute x0.80 and x0.86 gave a raw error
+# of +22.9% while the scaled one was +3.2%). So a pair counts as steady only within 10%, half the raw bound of 20%.
+SAME_SPEED = 1.10
 
 
 def _steady(slowdown: dict) -> bool:
