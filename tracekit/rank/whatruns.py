@@ -13,9 +13,13 @@ from tracekit.read.opcolumns import MEMORY_COLUMNS, OP_COLUMNS
 from tracekit.read.reader import RankMeta
 
 
+def _names(meta: RankMeta) -> list[str]:
+    return sorted({n for n in meta.device_names if n})
+
+
 def peaks_of(meta: RankMeta) -> devices.DevicePeaks | None:
     """The device's datasheet peaks, when its deviceProperties name (and memory) identify one device."""
-    names = sorted({n for n in meta.device_names if n})
+    names = _names(meta)
     if len(names) != 1:
         return None  # no device, or several kinds: no one peak
     memory = meta.device_memory_bytes[0] if meta.device_memory_bytes else None
@@ -24,15 +28,15 @@ def peaks_of(meta: RankMeta) -> devices.DevicePeaks | None:
 
 def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, memory: pd.DataFrame | None,
               steps: pd.DataFrame, window: pd.DataFrame, window_device: pd.DataFrame, device_rank: bool) -> dict:
-    """RankResult's kernels, ops, ops_by_shape, step_flops, op_steps, memory, memory_top and memory_timeline; and under ``quality`` and
-    ``facts`` the rank's data-quality and breakdown columns this adds."""
+    """RankResult's kernels, ops, ops_by_shape, step_flops, op_steps, memory, memory_top, memory_timeline and
+    kernel_ops; and under ``quality`` and ``facts`` the rank's data-quality and breakdown columns this adds."""
     ops = pd.DataFrame(columns=list(OP_COLUMNS)) if ops is None else ops
     memory = pd.DataFrame(columns=list(MEMORY_COLUMNS)) if memory is None else memory
     peaks = peaks_of(meta) if device_rank else None
     by_shape, by_name, step_flops, op_steps = op_tables(ops, events, steps, window, peaks, device_rank)
     table = memory_table(memory, steps, meta.device_memory_bytes)
     table["in_window"] = table["step"].isin(window["step"]) | (table["step"] < 0) if len(table) else []
-    names = " / ".join(sorted({n for n in meta.device_names if n})) or "unnamed"
+    names = " / ".join(_names(meta)) or "unnamed"
     quality = {"memory_events": len(memory),
                "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else ""}
     return {"kernels": kernel_table(events, window_device), "ops": by_name, "ops_by_shape": by_shape,
