@@ -158,8 +158,13 @@ def test_engine_options_are_validated(bad):
 
 # --- the reader's fast paths read exactly what its general path reads ------------------------------------------
 
-READER_FILES = sorted(GLOO_RUN.glob("rank-*")) + sorted(HTA.glob("*/*.json.gz"))
-CHUNKED = ReadOptions(chunk_above_bytes=0, chunk_events=997)  # every trace decoded in chunks of a prime size
+# Every bundled sample's ranks and every shared trace.
+READER_FILES = sorted(GLOO_RUN.parent.glob("*/rank-*")) + sorted(HTA.glob("*/*.json.gz"))
+CHUNKED = ReadOptions(chunk_above_bytes=0, chunk_events=997)  # every trace streamed in chunks of a prime size
+
+
+def _no_whole_read(path):
+    raise AssertionError(f"{path} was read whole")
 
 
 def _same_read(a, b) -> None:
@@ -171,9 +176,11 @@ def _same_read(a, b) -> None:
 @pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
 def test_chunked_and_general_decoding_read_the_same(path, monkeypatch):
     fast = reader.read_rank(path, default_rank=0)
-    _same_read(fast, reader.read_rank(path, default_rank=0, options=CHUNKED))
+    with monkeypatch.context() as patched:  # streamed, with no fall-back to reading the whole file
+        patched.setattr(reader, "load_bytes", _no_whole_read)
+        _same_read(fast, reader.read_rank(path, default_rank=0, options=CHUNKED))
 
-    def refuse(data, options):
+    def refuse(data):
         raise reader._Refused
 
     monkeypatch.setattr(reader, "_decode_fast", refuse)

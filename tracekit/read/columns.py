@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tracekit.read.coded import categorical, factorized, to_ns
 from tracekit.read.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read.kineto import NO_ARGS, Args, decode_raw
@@ -21,24 +22,32 @@ from tracekit.read.opcolumns import memory_columns, memory_table, op_columns, op
 
 # record_shapes is one switch for every op: the first CPU ops of a trace show whether shapes were recorded.
 _SHAPE_PROBE_OPS = 1000
-_MAX_US = 9.2e15  # int64 nanoseconds end here
 
 
-def rank_tables(chunks: Iterable[tuple[list, list]], rank: int, base_ns: int, host_ops=None):
-    """(events, comm_args, events dropped, first usable start, facts) of one rank's chunks, each (complete events,
-    ``[memory]`` events); facts: ``shapes_recorded`` (see RankMeta), ``device_arg_cats`` (the unknown categories
-    with a ``device`` arg), ``ops`` (every host op and annotation, ``OP_COLUMNS``) and ``memory``
-    (``MEMORY_COLUMNS``)."""
+def collect_parts(chunks: Iterable[tuple[list, list]], host_ops=None) -> tuple[list, list, list]:
+    """The columns of each chunk (events, ops, memory), built as the chunks come: a chunk's structs can go once
+    its columns exist. The rank and the time base are not needed yet (a streamed trace may give them last)."""
     keep_name = _NameFilter(host_ops)
     parts, ops, memory = [], [], []
     for events, instants in chunks:
         ops.append(op_columns(events))
         parts.append(_chunk_columns(events, keep_name))
         memory.append(memory_columns(instants))
+    return parts, ops, memory
+
+
+def finish_tables(collected: tuple[list, list, list], rank: int, base_ns: int):
+    """(events, comm_args, events dropped, first usable start, facts) of one rank's chunk columns
+    (``collect_parts``); facts: ``shapes_recorded`` (see RankMeta), ``device_arg_cats`` (the unknown categories
+    with a ``device`` arg), ``ops`` (every host op and annotation, ``OP_COLUMNS``) and ``memory``
+    (``MEMORY_COLUMNS``)."""
+    parts, ops, memory = collected
     n = sum(len(p["ts"]) for p in parts)
     # Times of every event: the table's rows first, then the CPU ops left out (they count for dropped and first).
-    ts_ns = _to_ns(np.concatenate([p["ts"] for p in parts] + [p["left_ts"] for p in parts] + [np.empty(0)])) + base_ns
-    dur_ns = _to_ns(np.concatenate([p["dur"] for p in parts] + [p["left_dur"] for p in parts] + [np.empty(0)]))
+    none = [np.empty(0, dtype=np.int64)]
+    ts_ns = np.concatenate([p["ts"] for p in parts] + [p["left_ts"] for p in parts] + none)
+    ts_ns += base_ns
+    dur_ns = np.concatenate([p["dur"] for p in parts] + [p["left_dur"] for p in parts] + none)
     # No duration, a negative one (unfinished CPU events) or one longer than the whole trace: not usable.
     last_start = int(ts_ns.max()) if len(ts_ns) else 0
     horizon = last_start + max(last_start - (int(ts_ns.min()) if len(ts_ns) else 0), 1_000_000_000)
@@ -49,10 +58,10 @@ def rank_tables(chunks: Iterable[tuple[list, list]], rank: int, base_ns: int, ho
     ts_ns, dur_ns = ts_ns[:n], dur_ns[:n]
     table = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32),
-        "cat": _categorical([p["cat"] for p in parts], canonical_category),
-        "name": _categorical([p["name"] for p in parts]),
-        "pid": _categorical([p["pid"] for p in parts], str),
-        "tid": _categorical([p["tid"] for p in parts], str),
+        "cat": categorical([p["cat"] for p in parts], canonical_category),
+        "name": categorical([p["name"] for p in parts]),
+        "pid": categorical([p["pid"] for p in parts], str),
+        "tid": categorical([p["tid"] for p in parts], str),
         "ts_ns": ts_ns,
         "dur_ns": dur_ns,
         "correlation": _joined(parts, "correlation", np.int64),
@@ -69,7 +78,7 @@ def rank_tables(chunks: Iterable[tuple[list, list]], rank: int, base_ns: int, ho
     shapes = [p["shapes"] for p in parts if p["shapes"] is not None]
     facts = {"shapes_recorded": any(shapes) if shapes else None,
              "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]},
-             "ops": op_table(ops, rank, base_ns, _to_ns), "memory": memory_table(memory, rank, base_ns, _to_ns)}
+             "ops": op_table(ops, rank, base_ns), "memory": memory_table(memory, rank, base_ns)}
     return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns, facts
 
 
@@ -117,23 +126,23 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
     shapes = _shapes_recorded(events)
     events, left = keep_name.split(events)
     args = [e.args or NO_ARGS for e in events]  # the general decoder leaves args None when there are none
-    cats = _factorized([e.cat for e in events])
+    cats = factorized([e.cat for e in events])
     unknown = {c for c in cats[1] if canonical_category(c) not in KNOWN_CATEGORIES}
     name = [e.name for e in events]
-    names = _factorized(name)
-    tids = _factorized([e.tid for e in events], mixed=True)
+    names = factorized(name)
+    tids = factorized([e.tid for e in events], mixed=True)
     comm_name = np.fromiter((n.startswith(HOST_COMM_PREFIXES) or COLLECTIVE_OP.search(n) is not None
                              for n in names[1]), dtype=bool, count=len(names[1]))
     has_collective = pa.array([a.collective for a in args], type=pa.string()).is_valid()
     comm_rows = np.flatnonzero(comm_name[names[0]] | has_collective.to_numpy(zero_copy_only=False))
     return {
-        "ts": _floats_of(events, "ts"), "dur": _floats_of(events, "dur"),
+        "ts": to_ns(_floats_of(events, "ts")), "dur": to_ns(_floats_of(events, "dur")),
         "cat": cats, "name": names,
-        "pid": _factorized([e.pid for e in events], mixed=True), "tid": tids, "tid_num": _ids(tids[1])[tids[0]],
+        "pid": factorized([e.pid for e in events], mixed=True), "tid": tids, "tid_num": _ids(tids[1])[tids[0]],
         "correlation": _ids([a.correlation for a in args]), "stream": _ids([a.stream for a in args]),
         "external_id": _ids([a.external_id if a.external_id is not None else a.external_id_old for a in args]),
         "comm_rows": comm_rows, "comm_args": [args[i] for i in comm_rows], "comm_names": [name[i] for i in comm_rows],
-        "left_ts": _floats_of(left, "ts"), "left_dur": _floats_of(left, "dur"),
+        "left_ts": to_ns(_floats_of(left, "ts")), "left_dur": to_ns(_floats_of(left, "dur")),
         "shapes": shapes,
         "device_arg_cats": {canonical_category(e.cat) for e in events if e.cat in unknown and e.args is not None
                             and e.args.device is not None} if unknown else set(),
@@ -159,28 +168,6 @@ def _floats_of(events: list, attr: str) -> np.ndarray:
 
 def _joined(parts: list[dict], key: str, dtype) -> np.ndarray:
     return np.concatenate([p[key] for p in parts]) if parts else np.empty(0, dtype=dtype)
-
-
-def _factorized(values: list, mixed: bool = False) -> tuple[np.ndarray, list]:
-    """(codes, distinct values): every value, None included, has a code. ``mixed``: expect ints and strings."""
-    try:  # one type (all strings, or all integers): Arrow's hash table
-        if mixed:
-            raise pa.ArrowTypeError("pid and tid mix numbers and names in Kineto traces")
-        encoded = pa.array(values).dictionary_encode(null_encoding="encode")
-        return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        distinct = list(dict.fromkeys(values))
-        code_of = {v: i for i, v in enumerate(distinct)}
-        return np.fromiter(map(code_of.__getitem__, values), dtype=np.int64, count=len(values)), distinct
-
-
-def _categorical(pieces: list[tuple[np.ndarray, list]], relabel=None) -> pd.Categorical:
-    """``pd.Categorical`` of the relabelled values of all pieces; ``relabel`` is called once per distinct value."""
-    labels = [[relabel(u) for u in uniques] if relabel else uniques for _, uniques in pieces]
-    categories = sorted({label for piece in labels for label in piece})
-    code_of = {c: i for i, c in enumerate(categories)}
-    codes = [np.array([code_of[label] for label in piece], dtype=np.int64)[c] for (c, _), piece in zip(pieces, labels)]
-    return pd.Categorical.from_codes(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64), categories)
 
 
 def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:
@@ -240,17 +227,6 @@ def _nelems(shape) -> float | None:
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         return None
     return float(np.prod(shape, dtype=np.float64))
-
-
-def _to_ns(values) -> np.ndarray:
-    """Microseconds (int or float with ns decimals) -> int64 ns, exact: the integer and fraction parts are split."""
-    us = np.array(values, dtype=np.float64)  # None becomes NaN
-    missing = np.isnan(us) | (np.abs(us) > _MAX_US)  # beyond int64 ns: an overflowed value, not a time
-    us[missing] = 0.0
-    whole = np.floor(us)
-    ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
-    ns[missing] = -1
-    return ns
 
 
 def _ids(values) -> np.ndarray:

@@ -2,8 +2,8 @@
 
 Fields that are not declared here are skipped without being built, which is what makes loading many times faster
 than ``json.load``. Besides the general decoder (``TRACE_DECODER``), which names any error, there are fast ones that build
-only complete ("X") events (``FAST_DECODER``), keep events undecoded (``RAW_DECODER``) or decode one chunk of events (``CHUNK_DECODER``);
-``tracekit.read.reader`` chooses among them.
+only complete ("X") events: of a whole document (``FAST_DECODER``), or of one chunk of a streamed one
+(``CHUNK_DECODER``, see ``tracekit.read.stream``); ``tracekit.read.reader`` chooses among them.
 """
 
 from __future__ import annotations
@@ -103,8 +103,6 @@ _AnyEvent = Union[(Complete, Instant, *(msgspec.defstruct(f"_Skipped{i}", [], ta
                                 for i, ph in enumerate(_OTHER_PHASES)))]
 FAST_DECODER = msgspec.json.Decoder(_retyped(_Trace, "_FastTrace", {"traceEvents": list[_AnyEvent] | None})
                                      | list[_AnyEvent])
-RAW_DECODER = msgspec.json.Decoder(_retyped(_Trace, "_RawTrace", {"traceEvents": list[msgspec.Raw] | None})
-                                   | list[msgspec.Raw])
 CHUNK_DECODER = msgspec.json.Decoder(list[_AnyEvent])
 NO_ARGS = Args()  # what an event without args reads as
 MEMORY_EVENT = "[memory]"  # the name of profile_memory's instant events

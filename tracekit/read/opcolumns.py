@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tracekit.read.categories import canonical_category
+from tracekit.read.coded import categorical, factorized, to_ns
 
 OP_CATEGORIES = ("cpu_op", "user_annotation")
 OP_COLUMNS = ("rank", "name", "tid", "ts_ns", "dur_ns", "external_id", "flops_arg", "input_dims", "input_type",
@@ -29,20 +30,21 @@ def op_columns(events: list) -> dict:
     ops = [e for e in events if cats[e.cat]]
     args = [e.args for e in ops]
     return {
-        "name": [e.name for e in ops], "tid": [str(e.tid) for e in ops],
-        "ts": _floats([e.ts for e in ops]), "dur": _floats([e.dur for e in ops]),
+        "name": factorized([e.name for e in ops]), "tid": factorized([str(e.tid) for e in ops]),
+        "ts": to_ns(_floats([e.ts for e in ops])), "dur": to_ns(_floats([e.dur for e in ops])),
         "external_id": _ids([None if a is None else a.external_id if a.external_id is not None else a.external_id_old
                              for a in args]),
         "flops_arg": _floats([None if a is None else a.flops for a in args]),
-        "input_dims": [_text(a, "input_dims") for a in args], "input_type": [_text(a, "input_type") for a in args],
-        "concrete_inputs": [_text(a, "concrete_inputs") for a in args],
+        "input_dims": factorized([_text(a, "input_dims") for a in args]),
+        "input_type": factorized([_text(a, "input_type") for a in args]),
+        "concrete_inputs": factorized([_text(a, "concrete_inputs") for a in args]),
     }
 
 
 def memory_columns(instants: list) -> dict:
     """One chunk's ``[memory]`` events as arrays."""
     args = [e.args for e in instants]
-    return {"ts": _floats([e.ts for e in instants]), "tid": [str(e.tid) for e in instants],
+    return {"ts": to_ns(_floats([e.ts for e in instants])), "tid": [str(e.tid) for e in instants],
             "total_allocated": _floats([None if a is None else a.total_allocated for a in args]),
             "total_reserved": _floats([None if a is None else a.total_reserved for a in args]),
             "bytes": _floats([None if a is None else a.nbytes for a in args]),
@@ -51,27 +53,27 @@ def memory_columns(instants: list) -> dict:
             "addr": _ids([None if a is None else a.addr for a in args])}
 
 
-def op_table(parts: list[dict], rank: int, base_ns: int, to_ns) -> pd.DataFrame:
-    """The ops table (``OP_COLUMNS``) of a rank's chunks; ``to_ns`` turns microseconds into int64 ns."""
+def op_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
+    """The ops table (``OP_COLUMNS``) of a rank's chunks."""
     def joined(key):
-        return [v for p in parts for v in p[key]]
+        return categorical([p[key] for p in parts])
 
-    ts = to_ns(np.concatenate([p["ts"] for p in parts] + [np.empty(0)]))
-    dur = to_ns(np.concatenate([p["dur"] for p in parts] + [np.empty(0)]))
+    ts = np.concatenate([p["ts"] for p in parts] + [np.empty(0, dtype=np.int64)])
+    dur = np.concatenate([p["dur"] for p in parts] + [np.empty(0, dtype=np.int64)])
     return pd.DataFrame({
         "rank": np.full(len(ts), rank, dtype=np.int32),
-        "name": pd.Categorical(joined("name")), "tid": pd.Categorical(joined("tid")),
+        "name": joined("name"), "tid": joined("tid"),
         "ts_ns": np.where(ts >= 0, ts + base_ns, ts), "dur_ns": dur,
         "external_id": np.concatenate([p["external_id"] for p in parts] + [np.empty(0, dtype=np.int64)]),
         "flops_arg": np.concatenate([p["flops_arg"] for p in parts] + [np.empty(0)]),
-        "input_dims": pd.Categorical(joined("input_dims")), "input_type": pd.Categorical(joined("input_type")),
-        "concrete_inputs": pd.Categorical(joined("concrete_inputs")),
+        "input_dims": joined("input_dims"), "input_type": joined("input_type"),
+        "concrete_inputs": joined("concrete_inputs"),
     }, columns=list(OP_COLUMNS))
 
 
-def memory_table(parts: list[dict], rank: int, base_ns: int, to_ns) -> pd.DataFrame:
+def memory_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
     """The memory table (``MEMORY_COLUMNS``) of a rank's chunks, in time order."""
-    ts = to_ns(np.concatenate([p["ts"] for p in parts] + [np.empty(0)]))
+    ts = np.concatenate([p["ts"] for p in parts] + [np.empty(0, dtype=np.int64)])
     frame = pd.DataFrame({"rank": np.full(len(ts), rank, dtype=np.int32),
                           "tid": pd.Categorical([t for p in parts for t in p["tid"]]), "ts_ns": ts + base_ns,
                           **{c: np.concatenate([p[c] for p in parts] + [np.empty(0)])

@@ -1,8 +1,9 @@
 """One trace file -> its rank's events table: reads the bytes, picks a decoder, and tags each row with the rank.
 
-A trace is first decoded by the fast decoders (``tracekit.read.kineto``), which build complete ("X") events only; a large
-trace is decoded a chunk of events at a time (``ReadOptions``), so its structs never all exist at once. What the fast
-decoders refuse is decoded again by the general decoder, which also names any error. Columns are made from the
+A trace is first decoded by the fast decoders (``tracekit.read.kineto``), which build complete ("X") events only. A
+large trace is streamed (``tracekit.read.stream``): inflated and decoded a chunk of events at a time (``ReadOptions``),
+so neither its bytes nor its structs ever all exist at once. What the fast decoders refuse is decoded again, whole,
+by the general decoder, which also names any error. Columns are made from the
 structs by ``tracekit.read.columns``; files are found and inflated by ``tracekit.read.files``. Paths may be local or fsspec URLs.
 """
 
@@ -10,18 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import msgspec
-import numpy as np
 import pandas as pd
 
 from tracekit.read.categories import KNOWN_CATEGORIES, device_evidence
-from tracekit.read.columns import rank_tables
-from tracekit.errors import EmptyTraceError, NotATraceError, NotJSONError, RankUnknownError
+from tracekit.errors import EmptyTraceError, NotATraceError, NotJSONError, RankUnknownError, TruncatedTraceError
+from tracekit.read.columns import collect_parts, finish_tables
 from tracekit.read.files import as_path, load_bytes, rank_in_file_name
-from tracekit.read.kineto import (CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, RAW_DECODER, TRACE_DECODER, Complete,
-                                  DistributedInfo, Instant, decode_raw)
+from tracekit.read.kineto import (CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, TRACE_DECODER, Complete, DistributedInfo,
+                                  Instant, decode_raw)
+from tracekit.read.stream import EventStream, open_trace, read_block
 
 __all__ = ["RankMeta", "RankTables", "ReadOptions", "read_rank", "read_tables"]
 
@@ -30,9 +31,9 @@ __all__ = ["RankMeta", "RankTables", "ReadOptions", "read_rank", "read_tables"]
 class ReadOptions:
     """How ``read_rank`` decodes a trace file.
 
-    chunk_above_bytes: a trace larger than this (as JSON) is decoded ``chunk_events`` events at a time: a worker's
-      peak memory is then the JSON plus one chunk's structs (measured: a 55 MB trace peaks at 133 MB over the
-      imports instead of 251 MB, in the same time). 0 chunks every trace.
+    chunk_above_bytes: a trace larger than this (as JSON) is streamed, ``chunk_events`` events at a time: a worker
+      then holds one block of the file and one chunk's structs besides the columns, never the whole JSON. 0 streams
+      every trace.
     chunk_events: events per chunk.
     """
 
@@ -106,21 +107,51 @@ def read_tables(path: str | Path, default_rank: int | None = None,
     ``options``: how the trace is decoded (chunk sizes); the result does not depend on them.
     """
     path = as_path(path)
-    data = load_bytes(path)
+    with open_trace(path) as stream:
+        try:
+            first = read_block(stream, path, options.chunk_above_bytes + 1)
+        except TruncatedTraceError:
+            first = None  # the gzip module names what is wrong, below
+        if first is not None and len(first) > options.chunk_above_bytes:
+            return _read_streamed(path, EventStream(stream, path, first, options.chunk_events), default_rank,
+                                  host_ops, options)
+    data = load_bytes(path) if first is None else first
     try:
-        return _read(path, data, default_rank, host_ops, options, fast=True)
+        return _read(path, data, default_rank, host_ops, fast=True)
     except _Refused:
-        return _read(path, data, default_rank, host_ops, options, fast=False)
+        return _read(path, data, default_rank, host_ops, fast=False)
 
 
-def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, options: ReadOptions, fast: bool):
-    trace, complete = _decode_fast(data, options) if fast else _decode_general(path, data)
+def _read_streamed(path, events: EventStream, default_rank, host_ops, options: ReadOptions) -> RankTables:
+    """``read_tables`` of a large trace, a chunk at a time; what the fast decoders refuse is read again whole."""
+    if not events.found:
+        return _read(path, events.document(), default_rank, host_ops, fast=True)
+    try:
+        parts = collect_parts((_complete_events(chunk) for chunk in events.chunks()), host_ops)
+        trace = FAST_DECODER.decode(events.trace_bytes())
+    except (_Refused, ValueError):  # msgspec's errors are ValueErrors too
+        data = load_bytes(path)
+        try:
+            return _read(path, data, default_rank, host_ops, fast=True)
+        except _Refused:
+            return _read(path, data, default_rank, host_ops, fast=False)
+    return _tables(path, trace, parts, default_rank)
+
+
+def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, fast: bool) -> RankTables:
+    trace, complete = _decode_fast(data) if fast else _decode_general(path, data)
+    if complete is None:
+        rank = _rank_of(path, None if isinstance(trace, list) else trace.distributedInfo, default_rank)[0]
+        raise NotATraceError(path, "a JSON array whose items are not trace events", rank)
+    return _tables(path, trace, collect_parts(complete, host_ops), default_rank)
+
+
+def _tables(path: Path | str, trace, parts, default_rank: int | None) -> RankTables:
+    """The rank's tables from its decoded header (``trace``) and its events' columns (``parts``)."""
     info = None if isinstance(trace, list) else trace.distributedInfo
     rank, rank_source = _rank_of(path, info, default_rank)
     base_ns = 0 if isinstance(trace, list) else int(trace.baseTimeNanoseconds or 0)
-    if complete is None:
-        raise NotATraceError(path, "a JSON array whose items are not trace events", rank)
-    events, comm_args, dropped, first_ts_ns, facts = rank_tables(complete, rank, base_ns, host_ops)
+    events, comm_args, dropped, first_ts_ns, facts = finish_tables(parts, rank, base_ns)
     memory_bytes = [float(d.totalGlobalMem) for d in (() if isinstance(trace, list) else trace.deviceProperties or ())
                     if d.totalGlobalMem is not None]
     if len(events) == 0:
@@ -152,15 +183,9 @@ def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, opt
     return RankTables(meta=meta, events=events, comm_args=comm_args, ops=facts["ops"], memory=facts["memory"])
 
 
-def _decode_fast(data: bytes, options: ReadOptions):
-    """(trace, chunks of complete events) by the fast decoders; a large trace's chunks are decoded as they are used."""
+def _decode_fast(data: bytes):
+    """(trace, [its complete and memory events]) by the fast decoder."""
     try:
-        if len(data) > options.chunk_above_bytes:
-            trace = RAW_DECODER.decode(data)
-            raws = trace if isinstance(trace, list) else trace.traceEvents
-            if raws is None:
-                raise _Refused
-            return trace, _raw_chunks(data, raws, options.chunk_events)
         trace = FAST_DECODER.decode(data)
     except msgspec.MsgspecError:
         raise _Refused from None
@@ -170,25 +195,10 @@ def _decode_fast(data: bytes, options: ReadOptions):
     return trace, [_split(events)]
 
 
-def _raw_chunks(data: bytes | bytearray, raws: list, chunk_events: int) -> Iterator[list]:
-    """The complete events of ``raws`` (views into ``data``), decoded ``chunk_events`` at a time.
-
-    The byte range of every chunk is taken first and ``raws`` emptied, so its Raw objects are gone before any
-    event struct is built.
-    """
-    base, pieces = _address(data), []
-    for i in range(0, len(raws), chunk_events):
-        first, last = raws[i], raws[min(i + chunk_events, len(raws)) - 1]
-        start, end = _address(first) - base, _address(last) - base + len(last)
-        pieces.append((start, end) if 0 <= start < end <= len(data) else b",".join(raws[i:i + chunk_events]))
-    raws.clear()
-    return (_complete_events(memoryview(data)[p[0]:p[1]] if isinstance(p, tuple) else p) for p in pieces)
-
-
-def _complete_events(body) -> tuple[list, list]:
-    """The complete events and ``[memory]`` events of ``body``, a comma-separated run of events."""
+def _complete_events(chunk) -> tuple[list, list]:
+    """The complete events and ``[memory]`` events of ``chunk``, the bytes of a JSON array of events."""
     try:
-        events = CHUNK_DECODER.decode(b"".join((b"[", body, b"]")))
+        events = CHUNK_DECODER.decode(chunk)
     except msgspec.MsgspecError:
         raise _Refused from None
     return _split(events)
@@ -198,10 +208,6 @@ def _split(events: list) -> tuple[list, list]:
     """(complete events, ``[memory]`` instant events) of the fast decoders' structs."""
     return ([e for e in events if type(e) is Complete],
             [e for e in events if type(e) is Instant and e.name == MEMORY_EVENT])
-
-
-def _address(buffer) -> int:
-    return np.frombuffer(buffer, dtype=np.uint8).ctypes.data
 
 
 def _decode_general(path: Path | str, data: bytes):
