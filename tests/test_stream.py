@@ -29,6 +29,7 @@ def _same(path, monkeypatch, options=STREAMED):
     whole = reader.read_tables(path, default_rank=0)
     with monkeypatch.context() as patched:  # no fall-back to the whole-file path
         patched.setattr(reader, "load_bytes", lambda p: pytest.fail(f"{p} read whole"))
+        patched.setattr(reader, "_read", lambda p, *a, **k: pytest.fail(f"{p} decoded whole"))
         streamed = reader.read_tables(path, default_rank=0, options=options)
     assert streamed.meta == whole.meta
     for table in ("events", "comm_args", "ops", "memory"):
@@ -52,7 +53,7 @@ def test_blocks_of_any_size_read_the_same(tmp_path, monkeypatch, gz, block):
 
 
 def test_a_key_named_like_the_array_inside_a_value_is_not_the_array(tmp_path, monkeypatch):
-    head = '{"traceName": "traceEvents", "x": {"traceEvents": [1, 2]}, '
+    head = r'{"traceName": "traceEvents", "q": "\\\"traceEvents\": [", "r": "\"{", "x": {"traceEvents": [1, 2]}, '
     path = tmp_path / "rank0.json"
     path.write_text(head + '"traceEvents": ' + json.dumps(_events()) + "}")
     assert len(_same(path, monkeypatch).events) == 6
@@ -85,7 +86,7 @@ def test_a_truncated_stream_falls_back_to_the_whole_file_error(tmp_path):
         reader.read_tables(path, options=STREAMED)
 
 
-def _no_whole_read(path):
+def _no_whole_read(path, *args, **kwargs):
     raise AssertionError(f"{path} read whole")
 
 
@@ -98,12 +99,12 @@ def test_any_names_any_cuts_read_the_same(tmp_path_factory, names, block, chunk)
     events = [cpu(name, 10 * i, 5) for i, name in enumerate(names)] + [kernel("k", 3, 4, correlation=1)]
     path = tmp_path_factory.mktemp("s") / "rank0.json"
     path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0}}))
-    old = stream.BLOCK_BYTES, reader.load_bytes
-    stream.BLOCK_BYTES, reader.load_bytes = block, _no_whole_read
+    old = stream.BLOCK_BYTES, reader.load_bytes, reader._read
+    stream.BLOCK_BYTES, reader.load_bytes, reader._read = block, _no_whole_read, _no_whole_read
     try:
         streamed = reader.read_tables(path, options=ReadOptions(chunk_above_bytes=0, chunk_events=chunk))
     finally:
-        stream.BLOCK_BYTES, reader.load_bytes = old
+        stream.BLOCK_BYTES, reader.load_bytes, reader._read = old
     whole = reader.read_tables(path)
     pd.testing.assert_frame_equal(streamed.events, whole.events)
     assert list(streamed.ops["name"].astype(str)) == names

@@ -4,6 +4,7 @@ another span's start. Vectorised with sorted arrays; threads are kept apart by o
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray:
@@ -11,8 +12,7 @@ def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray
     point_ns, span_start, span_end = (np.asarray(a, dtype=np.int64) for a in (point_ns, span_start, span_end))
     if len(span_start) == 0 or len(point_ns) == 0:
         return np.full(len(point_ns), -1, dtype=np.int64)
-    threads, codes = np.unique(np.concatenate([np.asarray(span_tid, dtype=str), np.asarray(point_tid, dtype=str)]),
-                               return_inverse=True)
+    n_threads, codes = _thread_codes(span_tid, point_tid)
     lo = min(span_start.min(), point_ns.min())
     width = int(max(span_end.max(), point_ns.max()) - lo + 1)
     s = codes[:len(span_start)] * width + (span_start - lo)
@@ -23,7 +23,7 @@ def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray
     level = np.arange(1, len(s) + 1) - np.searchsorted(e_sorted, s_sorted, side="right")
     depth = np.searchsorted(s_sorted, p, side="right") - np.searchsorted(e_sorted, p, side="right")
     # Spans at one level are disjoint, so the last one of the point's level starting at or before it holds it.
-    big = len(threads) * width
+    big = n_threads * width
     key = level.astype(np.int64) * big + s_sorted
     by_key = np.argsort(key, kind="stable")
     at = np.searchsorted(key[by_key], depth * big + p, side="right") - 1
@@ -35,8 +35,7 @@ def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray
 
 def count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
     """For each span, how many points of its thread lie in ``(start, end)``."""
-    threads, codes = np.unique(np.concatenate([np.asarray(p_tid, dtype=str), np.asarray(s_tid, dtype=str)]),
-                               return_inverse=True)
+    _, codes = _thread_codes(p_tid, s_tid)
     if len(s_start) == 0:
         return np.zeros(0, dtype=np.int64)
     lo = min(np.min(p_ns, initial=np.iinfo(np.int64).max), s_start.min())
@@ -46,3 +45,12 @@ def count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
     # strictly after the span's start: an annotation starting with an op at the same time is its parent, not its child
     after_start = np.searchsorted(points, sc + (s_start - lo), side="right")
     return np.searchsorted(points, sc + (s_end - lo), side="left") - after_start
+
+
+def _thread_codes(first, second) -> tuple[int, np.ndarray]:
+    """(threads, a code per element of ``first`` then ``second``): equal codes for equal text (``str`` of each value),
+    by hashing, without converting every element to text."""
+    values = np.concatenate([np.asarray(first, dtype=object), np.asarray(second, dtype=object)])
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    text_codes, threads = pd.factorize(np.array([str(u) for u in uniques], dtype=object))
+    return len(threads), text_codes[codes] if len(codes) else codes.astype(np.int64)

@@ -63,7 +63,7 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
         flops_arg=ops["flops_arg"].to_numpy(), kind=cost["kind"].to_numpy(), dtype=cost["dtype"].to_numpy())
     by_shape = _grouped(per_call, ["rank", *_KEY], peaks, device_rank)
     by_name = _grouped(per_call.drop(columns=["input_dims", "input_type"]), ["rank", "name"], peaks, device_rank)
-    peak = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in per_call["dtype"]]) * 1e12
+    peak = _per_value(per_call["dtype"], lambda d: devices.peak_tflops(peaks, devices.dtype_key(d))) * 1e12
     flop_steps = pd.DataFrame({"rank": ops["rank"].to_numpy(), "step": step,
                                "matmul_flops": np.where(unknown, np.nan, counted),
                                "matmul_at_peak_us": np.where(unknown, np.nan, np.where(counted > 0, counted / peak * 1e6,
@@ -86,7 +86,7 @@ def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
     time = typed["device_self_us"].to_numpy(dtype=float)
     if not len(typed) or not np.isfinite(time).all() or time.sum() <= 0:
         return {"matmul_device_us": np.nan, "matmul_reduced_us": np.nan}
-    reduced = np.array([devices.dtype_key(d) in ("bf16", "fp16", "fp8") for d in typed["dtype"]])
+    reduced = _per_value(typed["dtype"], lambda d: devices.dtype_key(d) in ("bf16", "fp16", "fp8")).astype(bool)
     return {"matmul_device_us": float(time.sum()), "matmul_reduced_us": float(time[reduced].sum())}
 
 
@@ -180,7 +180,7 @@ def _grouped(per_call: pd.DataFrame, key: list[str], peaks, device_rank: bool) -
     measured_us = np.where(measured_us > 0, measured_us, np.nan)
     out["achieved_tflops"] = out["flops"] / measured_us / 1e6
     out["achieved_gbps"] = out["bytes"] / measured_us / 1e3
-    peak = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in out["dtype"]]) * 1e12
+    peak = _per_value(out["dtype"], lambda d: devices.peak_tflops(peaks, devices.dtype_key(d))) * 1e12
     bandwidth = peaks.memory_gbps * 1e9 if peaks is not None else np.nan
     compute_s, memory_s = out["flops"].to_numpy() / peak, out["bytes"].to_numpy() / bandwidth
     # Both roofs where FLOPs are known (the dtype's peak must be too); the memory roof alone where they are not.
@@ -188,3 +188,9 @@ def _grouped(per_call: pd.DataFrame, key: list[str], peaks, device_rank: bool) -
     out["roofline_us"] = np.where(known, np.fmax(compute_s, memory_s) * 1e6, np.nan)
     out["pct_of_roofline"] = out["roofline_us"] / measured_us * 100
     return out.sort_values(["rank", "host_total_us"], ascending=[True, False], ignore_index=True)
+
+
+def _per_value(values: pd.Series, compute) -> np.ndarray:
+    """``compute(v)`` for each value, as floats, computed once per distinct value (NaN and None included)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return np.array([compute(u) for u in uniques], dtype=np.float64)[codes] if len(codes) else np.empty(0)

@@ -4,6 +4,7 @@ which tracekit knows, and what makes a rank's trace a device trace.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pandas as pd
@@ -31,8 +32,9 @@ KNOWN_CATEGORIES = frozenset((*DEVICE_CATEGORIES, *RUNTIME_CATEGORIES, "cpu_op",
                               "external_correlation", "collective_comm", "xpu_sync"))
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_category(cat: str) -> str:
-    """A Kineto category as today's traces name it."""
+    """A Kineto category as today's traces name it (cached: the reader asks once per event of a chunk)."""
     return _CATEGORY_ALIASES.get(cat.lower(), cat.lower())
 
 

@@ -27,7 +27,6 @@ BLOCK_BYTES = 8 << 20  # inflated bytes read at a time
 _ENDS = 1 << 16  # event ends found per call of the scan
 _NOT_FOUND = -1  # _find_events: the array is not in the bytes read so far (-2: not a JSON object or array)
 _SPACE = b" \t\r\n"
-_KEY = np.frombuffer(b"traceEvents", dtype=np.uint8)
 
 
 @contextmanager
@@ -81,9 +80,7 @@ class EventStream:
 
     def _find_array(self) -> bool:
         while True:
-            view = np.frombuffer(self.buf, dtype=np.uint8)
-            at, depth = _find_events(view, _KEY)
-            del view  # the buffer cannot be resized while an array views it
+            at, depth = _find_events(self.buf)
             if at >= 0:
                 self.head, self.depth = bytes(self.buf[:at + 1]), depth
                 self._drop(at + 1)
@@ -200,59 +197,49 @@ def _scan(buf, begin, state, ends):
     return found, -1, len(buf)
 
 
-@njit(cache=True, nogil=True)
-def _find_events(buf, key):
+def _find_events(buf: bytearray) -> tuple[int, int]:
     """(index of the events array's opening bracket, the depth inside it) of a document's first bytes: a top-level
     array, or the value of the top-level key ``traceEvents``. (-1, 0): not in these bytes yet; (-2, 0): the document
-    is neither an object nor an array."""
-    n = len(buf)
-    i = 0
-    while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 10 or buf[i] == 13):
-        i += 1
+    is neither an object nor an array. Plain Python: it reads only the header, a few KB before the events."""
+    n, i = len(buf), _skip_space(buf, 0)
     if i == n:
-        return -1, 0
-    if buf[i] == 91:
+        return _NOT_FOUND, 0
+    if buf[i] == 0x5B:  # [
         return i, 1
-    if buf[i] != 123:
+    if buf[i] != 0x7B:  # {
         return -2, 0
-    depth, in_str, esc, start = 0, 0, 0, 0
+    depth = 0
     while i < n:
         c = buf[i]
-        if in_str:
-            if esc:
-                esc = 0
-            elif c == 92:
-                esc = 1
-            elif c == 34:
-                in_str = 0
-                if depth == 1 and i - start - 1 == len(key) and _same(buf, start + 1, key):
-                    j = _skip_space(buf, i + 1)
-                    if j < n and buf[j] == 58:  # the key's colon, then its value
-                        j = _skip_space(buf, j + 1)
-                        if j < n and buf[j] == 91:
-                            return j, 2
-                    if j >= n:
-                        return -1, 0
-        elif c == 34:
-            in_str, start = 1, i
-        elif c == 123 or c == 91:
+        if c == 0x22:  # a string: find its closing quote, one not escaped by an odd run of backslashes
+            end = i
+            while True:
+                end = buf.find(b'"', end + 1)
+                if end < 0:
+                    return _NOT_FOUND, 0
+                slashes = end - 1
+                while buf[slashes] == 0x5C:
+                    slashes -= 1
+                if (end - 1 - slashes) % 2 == 0:
+                    break
+            if depth == 1 and buf[i + 1:end] == b"traceEvents":
+                j = _skip_space(buf, end + 1)
+                if j < n and buf[j] == 0x3A:  # the key's colon, then its value
+                    j = _skip_space(buf, j + 1)
+                    if j < n and buf[j] == 0x5B:
+                        return j, 2
+                if j >= n:
+                    return _NOT_FOUND, 0
+            i = end
+        elif c == 0x7B or c == 0x5B:
             depth += 1
-        elif c == 125 or c == 93:
+        elif c == 0x7D or c == 0x5D:
             depth -= 1
         i += 1
-    return -1, 0
+    return _NOT_FOUND, 0
 
 
-@njit(cache=True)
-def _same(buf, at, key):
-    for k in range(len(key)):
-        if buf[at + k] != key[k]:
-            return False
-    return True
-
-
-@njit(cache=True)
-def _skip_space(buf, j):
-    while j < len(buf) and (buf[j] == 32 or buf[j] == 9 or buf[j] == 10 or buf[j] == 13):
+def _skip_space(buf: bytearray, j: int) -> int:
+    while j < len(buf) and buf[j] in _SPACE:
         j += 1
     return j
