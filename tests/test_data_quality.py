@@ -41,9 +41,12 @@ def test_a_clean_run_has_the_table_and_no_notes(tmp_path):
     assert list(s.data_quality.columns) == list(schema.DATA_QUALITY_COLUMNS)
     assert s.data_quality.to_dict("records") == [
         {"rank": r, "device_evidence": "device events (kernel)", "device_events": 2, "device_events_absent": False,
-         "pre_trace_events": 0, "pre_trace_device_us": 0.0, "dropped_events": 0, "unknown_categories": "",
+         "pre_trace_events": 0, "pre_trace_device_us": 0.0, "unsized_ep_comm": 0, "dropped_events": 0,
+         "unknown_categories": "",
          "unknown_category_events": 0, "rank_source": "distributedInfo", "shapes_recorded": True,
-         "memory_events": 1, "device_peaks": "NVIDIA A100 SXM4 80GB"} for r in (0, 1)]
+         "memory_events": 1, "device_peaks": "NVIDIA A100 SXM4 80GB", "graph_capture_calls": 0,
+         "captured_steps": "", "held_back_findings": "", "step_source": "ProfilerStep",
+         "missing_steps": ""} for r in (0, 1)]
     assert quality.notes(s.data_quality) == []
     assert "Data quality" not in str(s) and "Data quality" not in html_report(s)
     assert [row["rank"] for row in json.loads(s.to_json())["data_quality"]] == [0, 1]
@@ -93,6 +96,8 @@ def test_shapes_unknown_without_cpu_ops_and_one_file_rank(tmp_path):
     assert q["rank_source"] == "only file" and pd.isna(q["shapes_recorded"])
     assert json.loads(s.to_json())["data_quality"][0]["shapes_recorded"] is None
     assert quality.notes(s.data_quality) == [
+        "rank 0: no steps (no ProfilerStep, no known step annotation; --step-pattern names one): metrics cover the "
+        "whole trace, and per-step numbers, the critical path and what-if are unknown",
         "rank 0: no rank in the trace or its file name: taken as 0 (the only file)",
         "rank 0: no [memory] events (profile_memory was off): the memory tables are empty",
         "rank 0: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are unknown"]

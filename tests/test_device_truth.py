@@ -69,10 +69,12 @@ def test_which_unlinked_events_count_as_launched_before_the_trace(tmp_path):
         # Launch missing but issued after the trace's first launch (id 150 > 100): kept, placed by its own start
         # (step 1), even though it starts before the first linked event of its stream.
         kernel("late_id_kernel", 50, 10, correlation=150),
-        # No correlation at all: judged by its stream's order. Before stream 7's first linked event (600): early;
-        # after it: kept.
-        memcpy(20, 20), memcpy(950, 10),
-        # Correlation 0 is CUPTI's "unset": judged by its stream too, and [1500, 1510) comes after stream 7's first.
+        # No correlation at all: early only when it starts before the trace's first launch call (10): [2, 7) is;
+        # [20, 40) is kept although it starts before stream 7's first linked event (600), as is [950, 960). (The
+        # rule was once "before its stream's first linked event", which left [20, 40) out too; on a real MTIA trace
+        # that dropped events the host issued while profiled: tests/test_pretrace.py.)
+        memcpy(2, 5), memcpy(20, 20), memcpy(950, 10),
+        # Correlation 0 is CUPTI's "unset": judged as no id, and [1500, 1510) starts after the first launch call.
         kernel("zero_id_kernel", 1500, 10, correlation=0),
         # Launched by a driver call (cuLaunchKernel, Triton's way) in step 1, run in step 2's time: linked.
         x("cuda_driver", "cuLaunchKernel", 900, 5, pid=100, correlation=103),
@@ -83,7 +85,8 @@ def test_which_unlinked_events_count_as_launched_before_the_trace(tmp_path):
     dev = out[out["cat"].isin(["kernel", "gpu_memcpy"])].set_index(["name", "ts_ns"])
     early = dev.loc[dev["pre_trace"], :].index.tolist()
     memcpy_name = memcpy(0, 0)["name"]
-    assert sorted(early) == sorted([(GEMM, 0), (GEMM, 300_000), (NCCL_AR, 100_000), (memcpy_name, 20_000)])
+    assert sorted(early) == sorted([(GEMM, 0), (GEMM, 300_000), (NCCL_AR, 100_000), (memcpy_name, 2_000)])
+    assert dev.loc[(memcpy_name, 20_000), "step"] == 1
     assert dev.loc[("late_id_kernel", 50_000), "step"] == 1
     assert dev.loc[(memcpy_name, 950_000), "step"] == 1
     assert dev.loc[("zero_id_kernel", 1_500_000), "step"] == 2

@@ -142,7 +142,11 @@ def test_read_errors_in_workers_name_the_file(tmp_path):
     broken.write_bytes(gzip.compress(b'{"traceEvents": []}' * 100)[:-20])
     (tmp_path / "notes.json").write_text('{"not": "a trace"}')
     with pytest.raises(tracekit.TruncatedTraceError, match="rank-2.pt.trace.json.gz"):
-        tracekit.summarize(tmp_path, workers=2, cache=False)
+        tracekit.summarize(tmp_path, workers=2, cache=False, strict=True)
+    # Not strict: the truncated rank is skipped, named with its reason, and the others are read.
+    skipped = {Path(s.path).name: s for s in tracekit.summarize(tmp_path, workers=2, cache=False).run.skipped}
+    assert sorted(skipped) == ["notes.json", "rank-2.pt.trace.json.gz"]
+    assert "truncated" in skipped["rank-2.pt.trace.json.gz"].reason and skipped["rank-2.pt.trace.json.gz"].rank == 2
     broken.unlink()
     result = tracekit.summarize(tmp_path, workers=2, cache=False)
     assert result.ranks["rank"].tolist() == [0, 1]

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,11 +92,13 @@ def test_cli_prints_one_line(tmp_path, make, error, words):
         assert "rank0.json" in lines[0] or "a.json" in lines[0]
 
 
-def test_broken_file_in_folder_is_named_not_skipped(tmp_path):
+def test_broken_file_in_folder_is_skipped_and_named_or_raised_when_strict(tmp_path):
     write_trace(tmp_path / "rank0.json.gz", [kernel("gemm", 0, 10)], rank=0)
     (tmp_path / "rank1.json").write_text("{ not json")
+    skipped = tracekit.summarize(tmp_path, cache=False).run.skipped
+    assert [(Path(f.path).name, f.rank) for f in skipped] == [("rank1.json", 1)]
     with pytest.raises(tracekit.NotJSONError, match="rank1.json"):
-        tracekit.summarize(tmp_path)
+        tracekit.summarize(tmp_path, strict=True)
 
 
 def test_cli_help_for_every_command():

@@ -131,15 +131,18 @@ def test_on_demand_gathers_give_the_prefetch_remedy(fsdp2_run):
     s = tracekit.summarize(fsdp2_run, window="all_steps", cache=False, workers=1)
     found = {f.kind: f for f in s.findings}
     f = found["fsdp_exposed_allgather"]
-    assert f.severity == "medium"  # 111 / 600 = 18.5%: over 5%, under 20%
-    assert f.evidence["share"] == pytest.approx(111 / 600)
-    # blocks.0's forward gather came on demand after the root's: prefetching could have hidden it (37 us exposed);
-    # the root, first in forward, and blocks.1, first to gather in backward, had nothing before them.
+    # the units wait (wait_us) 38 + 40 + 43 = 121 us for their gathers: 121 / 600 = 20.2%, over 20%
+    assert f.severity == "high"
+    assert f.evidence["share"] == pytest.approx(121 / 600)
+    # blocks.0's forward gather came on demand after the root's: prefetching could have hidden it (its unit waited
+    # 40 us, 37 us of gather exposed); the root, first in forward, and blocks.1, first to gather in backward, had
+    # nothing before them.
+    assert f.evidence["late_on_demand_wait_us"] == pytest.approx(40)
     assert f.evidence["late_on_demand_exposed_us"] == pytest.approx(37)
     assert f.evidence["prefetch_remedy"] and "set_modules_to_forward_prefetch" in f.recommendation
-    assert f.evidence["backward_share"] == pytest.approx(40 / 111)  # over 30%: keep the last blocks unsharded
+    assert f.evidence["backward_share"] == pytest.approx(43 / 121)  # over 30%: keep the last blocks unsharded
     assert "reshard_after_forward=False" in f.recommendation
-    assert "fsdp_fp32_allgather" in found  # float gathers while 18.5% is exposed
+    assert "fsdp_fp32_allgather" in found  # float gathers while units wait 20.2% of the step
     # the last unit of backward (blocks.0) leaves 16 us of its reduction exposed: 2.7% of the step, under 5% ...
     assert "fsdp_exposed_reduce" not in found
     # ... and 60 us would be 10%: the finding names the unit

@@ -87,7 +87,8 @@ events = st.lists(st.tuples(kinds, st.integers(0, GRID - 1), st.integers(0, 20))
 
 
 def device_table(rows, rank=0) -> pd.DataFrame:
-    return pd.DataFrame({"rank": rank, "kind": [k for k, _, _ in rows],
+    # step -1: no event was launched inside a step, so the last step ends at its annotation (metrics.step_breakdown)
+    return pd.DataFrame({"rank": rank, "kind": [k for k, _, _ in rows], "step": -1,
                          "start_ns": [s * US for _, s, _ in rows], "end_ns": [(s + d) * US for _, s, d in rows]})
 
 

@@ -113,7 +113,12 @@ def test_force_replaces_only_the_run_and_the_output_is_quiet_with_progress(tmp_p
     for kineto in ("USDT", "profiler_start", "gpuGetDeviceCount", "ERROR"):  # Kineto's lines on CPU ranks
         assert kineto not in output
     progress = [line for line in done.stdout.splitlines() if line.startswith("step ")]
-    assert [line.split("|")[0].split()[1] for line in progress] == [f"{i}/5" for i in range(1, 6)]
+    # numbered as the trace numbers its ProfilerStep#N (from 0), the profiled ones named
+    assert [line.split("|")[0].split()[1] for line in progress] == [str(i) for i in range(5)]
+    assert all(line.split("|")[0].split()[2:] == ["of", "0-4"] for line in progress)
+    profiled = [line.split("|")[0].split()[1] for line in progress if "[profiled" in line]
+    assert [f"ProfilerStep#{n}" for n in profiled] == [f"ProfilerStep#{n}" for n in run["profiled_steps"]]
+    assert all(f"[profiled: ProfilerStep#{n}]" in line for n, line in zip(profiled, (l for l in progress if "[prof" in l)))
     assert all("samples/s" in line for line in progress)
     rates = run["throughput_samples_per_s"]
     assert f"throughput: {rates['unprofiled']:.1f} samples/s unprofiled, {rates['profiled']:.1f} samples/s profiled" \

@@ -16,6 +16,7 @@ from tracekit.rank import cache as tracekit_cache
 from tracekit.run import clocks
 from tracekit.run import crossrank
 from tracekit.run import whatruns
+from tracekit.findings import capture
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
 from tracekit.findings import memory_findings
@@ -28,23 +29,29 @@ from tracekit.render.compare import Comparison
 from tracekit.render.compare import compare as compare_summaries
 from tracekit.events.config import Config
 from tracekit.rank.engine import EngineOptions, map_ranks
-from tracekit.errors import NoTracesError, NotATraceError
+from tracekit.errors import NoTracesError, TraceReadError
 from tracekit.summary.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
 from tracekit.rank.analyze import RankResult
-from tracekit.read.files import check_unique_ranks, find_trace_files, is_url
+from tracekit.read.files import check_unique_ranks, find_trace_files, is_url, rank_in_file_name
+from tracekit import quality
 from tracekit.schema import DATA_QUALITY_COLUMNS, RANK_COLUMNS
 from tracekit.summary.model import Summary
 
 
-def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int | None = None,
+def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern: str | None = None,
+              workers: int | None = None,
               engine: str = "local", client=None, cache: bool = True, cache_dir: str | Path | None = None,
-              progress: Callable[[int, int], None] | None = None) -> Summary:
+              progress: Callable[[int, int], None] | None = None, strict: bool = False) -> Summary:
     """Summarize one run: a folder of per-rank traces (``*.json``/``*.json.gz``) or one trace file.
 
     Args:
-      trace_dir: folder or file, a local path or an fsspec URL (``s3://bucket/run``). Non-trace JSON files in a
-        folder (a workload's ``run.json``) are skipped and listed in ``summary.run.skipped``.
+      trace_dir: folder or file, a local path or an fsspec URL (``s3://bucket/run``). In a folder, a file that is
+        not a readable trace (not JSON, truncated, empty, no rank) is skipped and listed in ``summary.run.skipped``
+        with its reason and rank if known; a workload's ``run.json`` is read as the run's facts. A file given
+        alone that is not a trace raises its error, and so does a folder where no file is (``NoTracesError``).
       window: the time metrics cover; see ``tracekit.Config``.
+      step_pattern: a regex; each host annotation whose name it matches (``re.search``) is a step, in place of
+        ProfilerStep. None: ProfilerStep, else an engine's own step annotations (``Config.step_pattern``).
       workers: processes that read ranks in parallel (local engine); default one per core, 1 for none.
       engine: ``"local"`` (this machine) or ``"dask"`` (the ranks are Dask tasks on the cluster of ``client``).
       client: for ``engine="dask"``: a ``distributed.Client`` or a scheduler address (``"tcp://host:8786"``).
@@ -53,6 +60,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
         ``~/.cache/tracekit``; ``tracekit.rank.cache.resolve_dir``); nothing is written in the trace folder.
       progress: called as ``progress(done, total)`` each time a rank is finished; if it also has a ``stage(name)``
         method, that is called as each later stage begins ("joining ranks", then "replaying") and with "done".
+      strict: raise the named error (``tracekit.TraceReadError`` and subclasses) of the first file in the folder
+        that would be skipped, instead of skipping it.
     The result is the same whatever the engine, the workers and the cache.
 
     Example:
@@ -60,12 +69,14 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
       >>> list(s.ranks["rank"])
       [0, 1]
     """
-    config = Config(window=window)
-    options = EngineOptions(kind=engine, workers=workers, client=client, progress=progress,
-                            cache_dir=tracekit_cache.resolve_dir(cache_dir) if cache else None)
+    config = Config(window=window, step_pattern=step_pattern)
     files = find_trace_files(trace_dir)
     default_rank = 0 if len(files) == 1 else None
     one_file = files == [trace_dir] if is_url(trace_dir) else Path(trace_dir).is_file()
+    options = EngineOptions(kind=engine, workers=workers, client=client, progress=progress,
+                            cache_dir=tracekit_cache.resolve_dir(cache_dir) if cache else None,
+                            skip_unreadable=not (strict or one_file))
+    workload = read_run_json(trace_dir)
     results, skipped, warming = [], [], None
     for file, outcome in zip(files, map_ranks(files, config, default_rank, options)):
         if warming is None and len(files) > 1:
@@ -73,18 +84,19 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", workers: int 
             # so that the worker pool was forked from a single-threaded process (engine._context).
             warming = threading.Thread(target=replay.warm_up, daemon=True, name="tracekit-replay-warm-up")
             warming.start()
-        if isinstance(outcome, NotATraceError):
-            if one_file:
+        if isinstance(outcome, TraceReadError):
+            # Strict: any file but the workload's run.json is an error; the engine raised the unreadable ones.
+            if one_file or (strict and not (workload is not None and Path(file).name == "run.json")):
                 raise outcome
-            skipped.append((str(file), outcome.problem))
+            skipped.append((str(file), outcome.problem, outcome.rank if outcome.rank is not None
+                            else rank_in_file_name(file)))
         else:
             results.append(outcome)
     if not results:
-        raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped))
+        raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r, _ in skipped))
     stage = getattr(progress, "stage", None)
-    workload = read_run_json(trace_dir)
     if workload is not None:  # read as the run's facts: not a skipped file
-        skipped = [(f, r) for f, r in skipped if Path(f).name != "run.json"]
+        skipped = [s for s in skipped if Path(s[0]).name != "run.json"]
     summary = combine(results, skipped, config, source=str(trace_dir), workload_run=workload, stage=stage)
     if stage is not None:
         stage("done")
@@ -162,20 +174,34 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
-                                                                        fsdp, steps), tables["memory"], steps),
-                   data_quality=_data_quality(results), fsdp=fsdp, **tables)
+                                                                        fsdp, steps), tables["memory"], steps,
+                                                   training=_trains(ranks)),
+                   data_quality=_data_quality(results, steps), fsdp=fsdp, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None)
     found = roofline_findings.merged(summary.findings, summary.optimization)
-    return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path))
+    found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
+    return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
 
 
-def _data_quality(results: list[RankResult]) -> pd.DataFrame:
-    """One row per rank (schema.DATA_QUALITY_COLUMNS), in rank order."""
+def _trains(ranks: pd.DataFrame) -> bool:
+    """Whether the run trains (``ranks.training``): training advice is worded for a forward-only run otherwise."""
+    return "training" not in ranks or bool(ranks["training"].fillna(True).astype(bool).any())
+
+
+def _data_quality(results: list[RankResult], steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank (schema.DATA_QUALITY_COLUMNS), in rank order, with the steps each rank lacks (seen across
+    ranks: ``quality.missing_steps``)."""
     rows = [r.quality for r in results if len(r.quality)]
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    if len(table):
+        # Only ProfilerStep numbers name the same step on every rank; steps found by a pattern are numbered in
+        # each rank's own time order, so a rank whose trace begins later lacks no step.
+        numbered = table.loc[table["step_source"] == "ProfilerStep", "rank"] if "step_source" in table else []
+        lacking = quality.missing_steps(steps[steps["rank"].isin(numbered)])
+        table["missing_steps"] = [", ".join(str(n) for n in lacking.get(int(r), [])) for r in table["rank"]]
     return table.reindex(columns=list(DATA_QUALITY_COLUMNS))
 
 
@@ -240,7 +266,7 @@ def _run_facts(results: list[RankResult], skipped, config: Config, source: str, 
         device_names=tuple(sorted({n for m in metas for n in m.device_names if n})),
         host_names=tuple(sorted({m.host_name for m in metas if m.host_name})),
         files=tuple(TraceFile(rank=m.rank, path=m.path, dropped_events=m.dropped_events) for m in metas),
-        skipped=tuple(SkippedFile(path=p, reason=r) for p, r in skipped),
+        skipped=tuple(SkippedFile(path=p, reason=r, rank=k) for p, r, k in skipped),
         window=config.window,
         origin_ns=origin_ns,
         **tables,

@@ -3,6 +3,7 @@
 ``COMM_ANNOTATION``: a backend's own annotation of a collective (``nccl:all_reduce``, ``gloo:all_reduce``).
 ``HOST_COMM_PREFIXES``: what a host op's name starts with when it only hands work to a communication backend.
 ``OPS``: the collective kinds of the collectives table, in its category order.
+``EP_KERNELS``: expert-parallel all-to-all kernels outside NCCL (DeepEP, pplx-kernels, NVSHMEM), pattern -> op.
 
 ``c10d::*`` ops (the dispatcher's collectives), and every other op whose name is a collective's in any namespace:
 torch's ``_c10d_functional::all_gather_into_tensor``, ``symm_mem::multimem_all_reduce_``,
@@ -25,5 +26,63 @@ COLLECTIVE_OP = re.compile(rf"(?i)^(?:c10d::|\w[\w.]*::_?{_BEFORE}{_COLLECTIVE}{
 OUTPUT_FIRST_OP = re.compile(r"^c10d::")
 
 COMM_ANNOTATION = re.compile(r"^(nccl|rccl|gloo):")
+
+# Expert-parallel all-to-all outside NCCL: kernel name -> the op it does. These kernels carry no collective args and
+# run under no collective host op, so their name is all the trace says: sizes, and so bytes and bandwidths, are
+# unknown (NaN), and so is the group (the EP group is rarely the world). First match wins. Each pattern needs its
+# library's namespace or its exact shape, so a compute kernel whose name merely holds "dispatch" or "combine"
+# (``at::native::...dispatch...``, a MoE ``combineKernel``, triton's ``moe_dispatch_fused``: local permutes) stays
+# compute. CUPTI names a template kernel ``void ns::f<...>(args)``: the optional ``void `` and the anchor at the start
+# keep an argument's type from matching.
+_KERNEL = r"^(?:void )?"
+_DEEP_EP = _KERNEL + r"(?:\w+::)*(?:deep_ep::(?:\w+::)*|ep::(?:intra|inter)node(?:_ll)?::)"
+_END = r"\w*(?![\w:])"
+
+
+def _nvshmem(word: str) -> str:
+    """An NVSHMEM kernel doing ``word``: ``nvshmem*_..._<word>...``, or ``<word>..._on_stream_kernel...``."""
+    return rf"{_KERNEL}(?:nvshmem[a-z]*_(?:\w+_)?(?:{word})|(?:{word})\w*_on_stream_kernel){_END}"
+
+
+EP_KERNELS = (
+    # DeepEP (deepseek-ai/DeepEP): deep_ep::{intranode,internode,internode_ll}::dispatch/combine,
+    # v2's deep_ep::ep::dispatch_impl, hybrid_dispatch_impl, dispatch_copy_epilogue_impl (the tail of dispatch), and
+    # forks that rename the top namespace (dpsk::ep::internode::dispatch<...>). Not deep_ep::layout::get_dispatch_layout
+    # (it counts tokens per rank locally).
+    (_DEEP_EP + r"(?:hybrid_)?(?:dispatch|combine)" + _END, "all_to_all"),
+    # DeepEP's notify_dispatch / notify_combine: every rank sends every other its token counts.
+    (_DEEP_EP + r"notify_(?:dispatch|combine)" + _END, "all_to_all"),
+    # DeepEP's cached_notify*: a barrier and buffer clean-up before a dispatch on a cached layout; no payload.
+    (_DEEP_EP + r"cached_notify" + _END, "other"),
+    (_DEEP_EP + r"barrier" + _END, "barrier"),
+    # pplx-kernels (perplexityai/pplx-kernels) define dispatchKernel / combineKernel at file scope, so their shape is
+    # the rule: the template arguments end with its (DO_SEND, DO_RECV) pair of bools.
+    (_KERNEL + r"(?:pplx::(?:\w+::)*|\(anonymous namespace\)::)?(?:dispatch|combine)Kernel<[^<>]*"
+     r"\b(?:true|false), (?:true|false)>", "all_to_all"),
+    # NVSHMEM (nvshmem*, nvshmemi_*, nvshmemx_*): its device collectives and the kernels its on-stream collectives
+    # launch (barrier_on_stream_kernel_threadgroup, alltoall/fcollect/rdxn/broadcast_on_stream_kernel); any other
+    # nvshmem* kernel (puts, signals, proxies) is communication of op "other", but not its one-time nvshmemi_init_*.
+    (_nvshmem(r"alltoall"), "all_to_all"),
+    (_nvshmem(r"barrier|sync"), "barrier"),
+    (_nvshmem(r"broadcast|bcast"), "broadcast"),
+    (_nvshmem(r"fcollect"), "all_gather"),
+    (_nvshmem(r"reducescatter"), "reduce_scatter"),
+    (_nvshmem(r"rdxn|reduce"), "all_reduce"),
+    (_KERNEL + r"nvshmem[a-z]*_(?!init)" + _END, "other"),
+)
+_EP_KERNELS = tuple((re.compile(pattern, re.IGNORECASE), op) for pattern, op in EP_KERNELS)
+EP_KERNEL = re.compile("|".join(f"(?:{pattern})" for pattern, _ in EP_KERNELS), re.IGNORECASE)
+
+
+def ep_kernel_op(name: str) -> str | None:
+    """The op of an expert-parallel all-to-all kernel (``EP_KERNELS``), or None for any other name.
+
+    Example:
+      >>> ep_kernel_op("void dpsk::ep::internode::dispatch<false, 8, 7168>(int4*, float*)")
+      'all_to_all'
+      >>> ep_kernel_op("void at::native::unrolled_elementwise_kernel<dispatch_fn>(int)") is None
+      True
+    """
+    return next((op for pattern, op in _EP_KERNELS if pattern.search(name)), None)
 HOST_COMM_PREFIXES = ("nccl:", "gloo:", "rccl:", "c10d::", "record_param_comms")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv", "barrier", "other")

@@ -17,21 +17,79 @@ def notes(data_quality: pd.DataFrame) -> list[str]:
       >>> notes(table)
       ['ranks 0, 1: rank taken from the file name (the trace has no distributedInfo.rank)']
     """
+    return _grouped(data_quality, _row_notes)
+
+
+def capture_notes(data_quality: pd.DataFrame) -> list[str]:
+    """The notes on a window that overlaps a CUDA/HIP graph capture (the text report puts them at its top).
+
+    Example:
+      >>> table = pd.DataFrame({"rank": [0], "captured_steps": ["1"], "held_back_findings": ["host_bound"]})
+      >>> capture_notes(table)[0][:51]
+      'rank 0: CUDA/HIP graphs were captured during step 1'
+    """
+    return _grouped(data_quality, _capture_notes)
+
+
+def _grouped(data_quality: pd.DataFrame, row_notes) -> list[str]:
     by_note: dict[str, list[int]] = {}
     for row in data_quality.to_dict("records"):
-        for note in _row_notes(row):
+        for note in row_notes(row):
             by_note.setdefault(note, []).append(int(row["rank"]))
     return [f"{_ranks(ranks)}: {note}" for note, ranks in by_note.items()]
 
 
+def _capture_notes(row: dict) -> list[str]:
+    steps = row.get("captured_steps")
+    if isinstance(steps, str) and steps:
+        where = "the window (it has no steps)" if steps == "the window" else \
+            f"step{'s' if ',' in steps else ''} {steps}"
+        held = row.get("held_back_findings") or ""
+        return [f"CUDA/HIP graphs were captured during {where} (stream capture, graph instantiation): their kernels "
+                "are capture and warm-up, not the job's steady work; "
+                + (f"step-speed findings held back: {held}" if held else "no step-speed finding is given for them")
+                + "; profile steps after the capture (a later profiler schedule) to judge their speed"]
+    return []
+
+
+_ORDINAL = (", numbered 0, 1, ... in this rank's time order: ranks are paired by that number, which holds only "
+            "where every rank's trace begins at the same step")
+
+
 def _row_notes(row: dict) -> list[str]:
     out = []
+    source = str(row.get("step_source") or "")
+    if source == "none":
+        out.append("no steps (no ProfilerStep, no known step annotation; --step-pattern names one): metrics cover the "
+                   "whole trace, and per-step numbers, the critical path and what-if are unknown")
+    elif source.startswith("none: "):
+        out.append(f"no steps: {source.removeprefix('none: ')} (host annotations only): metrics cover the whole "
+                   "trace, and per-step numbers, the critical path and what-if are unknown")
+    elif source.startswith("detected: "):
+        out.append(f"no ProfilerStep: steps are the annotations matching {source.removeprefix('detected: ')} "
+                   f"(--step-pattern chooses others){_ORDINAL}")
+    elif source.startswith("step_pattern: "):
+        out.append(f"steps are the annotations matching {source.removeprefix('step_pattern: ')} (step_pattern)"
+                   f"{_ORDINAL}")
+    if row.get("missing_steps"):
+        lacks = str(row["missing_steps"])
+        out.append(f"lacks step{'s' if ',' in lacks else ''} {lacks} (no ProfilerStep#{lacks.split(',')[0]} in its "
+                   "trace, though another rank or its own numbering has it): its step times leave it out, and the "
+                   "collectives it ran there match no step on the other ranks (summary.mismatches)")
+    captured = _capture_notes(row)
+    out += captured
+    if not captured and (row.get("graph_capture_calls") or 0) > 0:  # captures outside the window's steps
+        out.append(f"{int(row['graph_capture_calls']):,} graph-capture calls outside the window's steps: their work "
+                   "is left out of the numbers")
     if row.get("device_events_absent") is True:
         out.append(f"a device trace ({row.get('device_evidence')}) without device events: its kernels were not "
                    "collected, so its device times are unknown (NaN)")
     if (row.get("pre_trace_events") or 0) > 0:
         out.append(f"{row['pre_trace_events']:,} device events ({row['pre_trace_device_us'] / 1e3:,.2f} ms of device "
                    "time) were launched before the trace began: left out of the window, steps and collectives")
+    if (row.get("unsized_ep_comm") or 0) > 0:
+        out.append(f"{row['unsized_ep_comm']:,} expert-parallel all-to-all kernels (DeepEP, pplx-kernels, NVSHMEM) "
+                   "are communication known by name only: their sizes, bandwidths and group are unknown (NaN)")
     if (row.get("dropped_events") or 0) > 0:
         out.append(f"{row['dropped_events']:,} events dropped for no, negative or impossible durations")
     if row.get("unknown_categories"):
@@ -50,6 +108,41 @@ def _row_notes(row: dict) -> list[str]:
     elif row.get("device_peaks") == "":
         out.append("a CPU-only rank: no device peaks, so roofline and MFU are unknown; rates use host time")
     return out
+
+
+def missing_steps(steps: pd.DataFrame) -> dict[int, list[int]]:
+    """Per rank with steps, the step numbers it lacks: those another rank has, and holes in its own numbering
+    (``ProfilerStep#4`` absent between #3 and #5). A rank with no step at all is not listed (its note says so).
+
+    Example:
+      >>> missing_steps(pd.DataFrame({"rank": [0, 0, 0, 1, 1], "step": [3, 4, 5, 3, 5]}))
+      {1: [4]}
+    """
+    if steps.empty:
+        return {}
+    seen = set(steps["step"].astype(int))
+    wanted = seen | set(range(min(seen), max(seen) + 1))
+    out = {}
+    for rank, numbers in steps.groupby("rank")["step"]:
+        lacking = sorted(wanted - set(numbers.astype(int)))
+        if lacking:
+            out[int(rank)] = lacking
+    return out
+
+
+def mismatch_notes(mismatches: pd.DataFrame) -> list[str]:
+    """One line on the collectives that do not line up across ranks (``Summary.mismatches``), by kind; none: empty.
+
+    Example:
+      >>> mismatch_notes(pd.DataFrame({"kind": ["missing", "missing", "size"]}))
+      ['3 collectives do not line up across ranks (2 missing, 1 size; see summary.mismatches)']
+    """
+    if mismatches.empty:
+        return []
+    kinds = mismatches["kind"].astype(str).value_counts(sort=False)
+    said = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    return [f"{len(mismatches)} collective{'s do' if len(mismatches) > 1 else ' does'} not line up across ranks "
+            f"({said}; see summary.mismatches)"]
 
 
 def _ranks(ranks: list[int]) -> str:

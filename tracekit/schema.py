@@ -8,7 +8,8 @@ device event  A kernel, memcpy or memset on a GPU, an MTIA device event (``mtia_
             traces, a CPU op or a gloo collective.
 device rank A rank whose trace says it ran a device (``categories.device_evidence``); all other ranks are CPU-only.
 kind        What a device event does: ``compute``, ``comm`` (communication) or ``memory``.
-step        One ``ProfilerStep#N`` annotation; the workloads make one step one optimizer step.
+step        One ``ProfilerStep#N`` annotation; the workloads make one step one optimizer step. Without one: an
+            engine's step annotation or ``Config.step_pattern``'s, numbered 0, 1, ... (``tracekit.events.steps``).
 window      The time range metrics are computed over (see ``Config.window``).
 span        Last device end minus first device start inside the window.
 busy        Time when at least one device event runs (union over streams).
@@ -41,7 +42,7 @@ EVENT_COLUMNS = {
     "external_id": ("int64", "Kineto external id; -1 when absent"),
     "stream": ("int64", "GPU stream of a device event; -1 when absent or not numeric"),
     "kind": ("category", "compute / comm / memory for device events; missing for host events and pre_trace ones"),
-    "launch_ns": ("int64", "start of the runtime call that launched a device event; -1 when unknown"),
+    "launch_ns": ("int64", "start of the call that launched a device event (events.graphs for graphs); -1 if unknown"),
     "launch_row": ("int64", "row of that runtime call in the events table; -1 when unknown"),
     "step": ("int64", "ProfilerStep number the event belongs to (device events: by their launch); -1 outside steps "
              "and for events launched before the trace"),
@@ -71,8 +72,8 @@ COMM_ARG_COLUMNS = {
 RANK_COLUMNS = {
     "rank": "rank",
     "device": "device name from deviceProperties, 'gpu' when unnamed, 'cpu' on CPU-only ranks",
-    "steps": "ProfilerSteps in the window",
-    "step_time_us": "mean step time in the window (steps tile the timeline: start to next start)",
+    "steps": "steps (ProfilerSteps, or the step annotations found) in the window; 0 without steps",
+    "step_time_us": "mean step time in the window (steps tile the timeline: start to next start); NaN without steps",
     "span_us": "last device end - first device start in the window",
     "busy_us": "union of all device events",
     "compute_us": "union of compute events",
@@ -91,8 +92,10 @@ RANK_COLUMNS = {
     "idle_comm_wait_us": "idle time waiting on a collective",
     "idle_host_us": "idle time while the host was late to launch",
     "idle_other_us": "idle time with none of those causes",
+    "idle_graph_launch_us": "the part of idle_host_us waiting for a graph launch (gaps.host_kind 'graph launch')",
     "sync_calls": "synchronizing runtime calls inside the window's steps",
     "sync_top_call": "the synchronizing call taking the most host time among them (None without any)",
+    "graph_launches": "cudaGraphLaunch/hipGraphLaunch calls in the window's steps (the whole trace without steps)",
     "data_parallel": "DataParallel.forward seen in the trace",
     "ddp": "DistributedDataParallel seen in the trace (its forward or its gradient reducer's ops)",
     "gpu_runtime": "cuda or hip, from the names of the runtime calls, or mtia; None without any (CPU ranks)",
@@ -102,6 +105,7 @@ RANK_COLUMNS = {
                         "trace as summary.ops; NaN without",
     "matmul_reduced_us": "the part of it in ops that ran in bf16, fp16 or fp8",
     "compute_major": "CUDA compute capability major of the GPUs (NaN when not in the trace)",
+    "training": "backward or optimizer ops seen (rank.analyze.trains); False: forward only, no training advice",
     "comm_wait_us": "wall-clock time in matched collectives before the last rank arrived (union)",
     "comm_transfer_us": "wall-clock time in matched collectives after the last rank arrived (union)",
     "last_arrivals": "matched collectives this rank started strictly last; missing when none matched",
@@ -111,9 +115,10 @@ RANK_COLUMNS = {
 
 STEP_COLUMNS = {
     "rank": "rank",
-    "step": "ProfilerStep number",
+    "step": "ProfilerStep number (steps from another annotation: 0, 1, ... in time order)",
     "start_us": "step start, from the run's origin",
-    "step_us": "to the next step's start (the last step: its annotation's end)",
+    "step_us": "to the next step's start; the last step: to its annotation's end, or to the end of the device work "
+               "launched inside it where that is later (a host that ran ahead of the device)",
     "compute_us": "computation not overlapped by communication (the plugin's 'Computation')",
     "overlap_us": "computation and communication at once",
     "exposed_comm_us": "communication not overlapped (the plugin's 'Communication')",
@@ -154,6 +159,7 @@ DATA_QUALITY_COLUMNS = {
                             "metrics are NaN",
     "pre_trace_events": "device events launched before the trace began: left out of the window, steps and collectives",
     "pre_trace_device_us": "union of those events' device time",
+    "unsized_ep_comm": "expert-parallel all-to-all kernels (commnames.EP_KERNELS): no args, so sizes, group NaN",
     "dropped_events": "events dropped for no, negative or impossible durations",
     "unknown_categories": "categories tracekit does not know, with their event counts ('' when none); "
                           "their events are read as host events",
@@ -164,12 +170,20 @@ DATA_QUALITY_COLUMNS = {
     "memory_events": "profile_memory's [memory] events in the trace (0: profile_memory was off)",
     "device_peaks": "the datasheet entry the device matched (tracekit.devices), 'unknown: <name>' when none, "
                     "'' on a CPU-only rank",
+    "graph_capture_calls": "*StreamBeginCapture, *StreamEndCapture, *GraphInstantiate* calls (events.graphs)",
+    "captured_steps": "window steps overlapping a graph capture: '1, 2', 'the window' (no steps), '' (none)",
+    "held_back_findings": "step-speed findings held back for that capture (tracekit.findings.capture); '' none",
+    "step_source": "the steps' source: 'ProfilerStep', 'detected: <regex>' (events.steps.ENGINE_STEPS), "
+                   "'step_pattern: <regex>', 'none' or 'none: <why>' (per-step numbers, critical path, what-if unknown)",
+    "missing_steps": "step numbers the rank's trace lacks though another rank or its own numbering has them "
+                     "(tracekit.quality.missing_steps), comma-separated; '' none",
 }
 
 
 GAP_COLUMNS = {
     "rank": "rank", "start_us": "gap start, from the run's origin", "dur_us": "gap length",
     "cause": "sync, data, comm_wait, host or other (see tracekit.events.causes)",
+    "host_kind": "host gaps: 'graph launch' or 'kernel launch', the call that ends it (tracekit.events.causes)",
 }
 
 # summary.imbalance: see tracekit.run.crossrank.imbalance.
@@ -245,7 +259,8 @@ FSDP_COLUMNS = {
 # summary.critical_path: per window step, the time on the chain of events that ends it (tracekit.predict.critical_path).
 CRITICAL_PATH_COLUMNS = {
     "rank": "the rank the path spends this time on",
-    "step": "ProfilerStep the path ends (it runs from that step's start to the next step's on the rank that ends last)",
+    "step": "ProfilerStep the path ends (it runs from that step's start to the next step's on the rank that ends last; "
+            "the last step: to its end, see steps.step_us)",
     "category": "compute, comm_transfer, launch, host, data, sync, other or unknown (see tracekit.predict.critical_path)",
     "us": "time on the path", "waiting": "on another rank than ends_on_rank: that rank was waiting for this one",
     "ends_on_rank": "the rank whose next ProfilerStep comes last: where the walk back starts",

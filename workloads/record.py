@@ -105,8 +105,10 @@ class StepClock:
         ms = (time.perf_counter() - self._t0) * 1e3
         self.step_ms.append(ms)
         if self.rank.is_main:
-            tag = " [profiled]" if self.cfg.profile and step in self.cfg.profiled_steps else ""
-            print(f"step {step + 1:>4}/{self.cfg.steps} | loss {loss:8.4f} | "
+            # Numbered as the trace numbers it (ProfilerStep#<step>, from 0), so the steps said profiled here are
+            # the steps tracekit reports.
+            tag = f" [profiled: ProfilerStep#{step}]" if self.cfg.profile and step in self.cfg.profiled_steps else ""
+            print(f"step {step:>4} of 0-{self.cfg.steps - 1} | loss {loss:8.4f} | "
                   f"{self.samples_per_step / ms * 1e3:9.1f} samples/s | {ms:8.1f} ms{tag}", flush=True)
 
     def throughput(self) -> dict[str, float | None]:

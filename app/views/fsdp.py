@@ -53,14 +53,16 @@ shown = fmt.display_units(per_unit.drop(columns=["prefetched", "on_demand"]))
 fmt.table(shown, key="fsdp_units")
 
 st.subheader("Per rank")
+st.caption("Per step: the mean over the window's steps (`steps`) of the exposed all-gather, exposed reduction, the "
+           "units' wait for their gathers and the step time; the % columns are shares of the step time.")
 totals = fmt.display_units(s.fsdp_totals())
 fmt.table(totals, key="fsdp_totals")
 
 st.subheader("Findings for sharded training")
 mine = [f for f in s.findings if str(f.kind).startswith("fsdp_")]
 if not mine:
-    st.success("None: exposed all-gathers, float32 gathers, the last reduce-scatter and unit sizes are all under "
-               "their thresholds (tracekit/findings/fsdp_findings.py).")
+    st.success("None: units' waits for all-gathers, float32 gathers, the last reduce-scatter and unit sizes are all "
+               "under their thresholds (tracekit/findings/fsdp_findings.py).")
 for f in mine:
     box = st.error if f.severity == "high" else st.warning if f.severity == "medium" else st.info
     box(f"**{f.message}**  \n{f.recommendation}")

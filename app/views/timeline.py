@@ -62,7 +62,13 @@ else:
 
 t0, t1 = st.session_state.get(WINDOW, (t0, t1))
 drawn = timeline.bars(pd.concat([events, timeline.gap_lane(gaps)], ignore_index=True), t0, t1, WIDTH_PX)
-fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {(t1 - t0) / 1e3:,.2f} ms",
+if WINDOW in st.session_state or steps.empty:
+    measured = "in view"
+elif first == last:
+    measured = f"step {first}, rank {ctx.rank}'s step time: its ProfilerStep's start to the next one's"
+else:
+    measured = f"steps {first}-{last}, rank {ctx.rank}'s: the first one's start to the end of the last"
+fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {(t1 - t0) / 1e3:,.2f} ms ({measured})",
                       threads=loader.thread_names(files[ctx.rank], ctx.key))
 marker = st.session_state.get("timeline_at")
 if marker is not None and t0 <= marker <= t1:

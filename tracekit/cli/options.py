@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import msgspec
@@ -19,9 +20,16 @@ def add_json_options(parser: argparse.ArgumentParser, text: str) -> None:
 def add_window_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", choices=WINDOWS, default="drop_last",
                         help="time the metrics cover (default: all ProfilerSteps but the last, as HTA)")
+    parser.add_argument("--step-pattern", type=regex, default=None, metavar="REGEX",
+                        help="each host annotation whose name matches REGEX (re.search; ^...$ for a whole name) is "
+                             "a step, in place of ProfilerStep (default: ProfilerStep, else an engine's own step "
+                             "annotations such as step[DECODE bs=16])")
 
 
 def add_scale_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict", action="store_true",
+                        help="fail with the error of the first file in the folder that is not a readable trace "
+                             "(default: skip it, and list it with its reason in the report's header)")
     scale = parser.add_argument_group("scale")
     scale.add_argument("--workers", type=positive_int, default=None, metavar="N",
                        help="processes that read ranks in parallel (default: one per core; 1: none)")
@@ -34,9 +42,12 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
 
 
 def scale_options(args) -> dict:
-    """summarize() keywords from the scale flags; a progress bar on a terminal when many ranks are read."""
-    return {"workers": args.workers, "engine": "dask" if args.scheduler else "local", "client": args.scheduler,
-            "cache": not args.no_cache, "cache_dir": args.cache_dir, "progress": ProgressBar(sys.stderr)}
+    """summarize() keywords from the scale flags (and --step-pattern and --strict, which every command with them
+    takes); a progress bar on a terminal when many ranks are read."""
+    return {"step_pattern": getattr(args, "step_pattern", None), "workers": args.workers,
+            "engine": "dask" if args.scheduler else "local", "client": args.scheduler,
+            "cache": not args.no_cache, "cache_dir": args.cache_dir, "progress": ProgressBar(sys.stderr),
+            "strict": getattr(args, "strict", False)}
 
 
 def as_json(text: str, indent: int | None) -> str:
@@ -46,6 +57,14 @@ def as_json(text: str, indent: int | None) -> str:
 def fail(message: str) -> int:
     print(f"tracekit: error: {message}", file=sys.stderr)
     return 2
+
+
+def regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {error}") from None
+    return text
 
 
 def positive_int(text: str) -> int:

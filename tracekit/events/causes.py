@@ -9,6 +9,9 @@ Causes, first match wins:
   other      none of these (e.g. a cross-stream dependency)
 On CPU-only ranks the training thread plays the device: a gap is time with no op running on it, and it is
 ``host`` (Python between ops) unless one of the first three explains it.
+
+A ``host`` gap has a kind (``host_kinds``): ``graph launch`` when the work that ends it was issued by a graph launch
+(``cudaGraphLaunch``/``hipGraphLaunch``: ``tracekit.events.graphs``), ``kernel launch`` when by any other call.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
+from tracekit.events.graphs import GRAPH_LAUNCH, runtime_calls
 from tracekit.read.categories import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.commnames import HOST_COMM_PREFIXES
 
@@ -66,15 +70,34 @@ def gap_causes(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, on_g
         ["sync", "data", "comm_wait", "host"], default="other").astype(object)
 
 
+def host_kinds(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
+    """Per gap (with its ``cause``): ``graph launch`` for a ``host`` gap whose ending work a graph launch issued
+    (its ``launch_ns`` is a graph-launch call's start on the rank), ``kernel launch`` for another ``host`` gap,
+    ``''`` for the other causes."""
+    if gaps.empty:
+        return np.array([], dtype=object)
+    graph = runtime_calls(events, GRAPH_LAUNCH)
+    graph_ts = np.unique(events["ts_ns"].to_numpy()[graph])
+    ge = gaps["start_ns"].to_numpy() + np.rint(gaps["dur_us"].to_numpy() * 1e3).astype(np.int64)
+    order = np.argsort(dev["start_ns"].to_numpy(), kind="stable")
+    nxt = order[np.minimum(np.searchsorted(dev["start_ns"].to_numpy()[order], ge, side="left"), len(order) - 1)]
+    by_graph = np.isin(dev["launch_ns"].to_numpy()[nxt], graph_ts)
+    host = gaps["cause"].to_numpy() == "host"
+    return np.where(host, np.where(by_graph, "graph launch", "kernel launch"), "").astype(object)
+
+
 def idle_by_cause(gaps: pd.DataFrame) -> dict[str, float]:
-    """Idle time (us) per cause; the five add up to the rank's idle time."""
+    """Idle time (us) per cause; the five add up to the rank's idle time. ``idle_graph_launch_us``: the part of
+    ``idle_host_us`` of kind ``graph launch`` (``host_kinds``)."""
     totals = gaps.groupby("cause")["dur_us"].sum() if len(gaps) else pd.Series(dtype=float)
-    return {f"idle_{c}_us": float(totals.get(c, 0.0)) for c in CAUSES}
+    out = {f"idle_{c}_us": float(totals.get(c, 0.0)) for c in CAUSES}
+    graph = gaps["host_kind"] == "graph launch" if "host_kind" in gaps else np.zeros(len(gaps), dtype=bool)
+    return {**out, "idle_graph_launch_us": float(gaps.loc[graph, "dur_us"].sum()) if len(gaps) else 0.0}
 
 
 def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.DataFrame | None) -> dict:
-    """Facts the findings need: sync calls inside the window's steps (``None``: the whole trace), DataParallel,
-    DistributedDataParallel, the GPU runtime (``cuda``/``hip``), reduced-precision compute time."""
+    """Facts the findings need: sync calls and graph launches inside the window's steps (``None``: the whole trace),
+    DataParallel, DistributedDataParallel, the GPU runtime (``cuda``/``hip``), reduced-precision compute time."""
     names = events["name"].cat.categories
     sync_names = names[[SYNC_CALL.search(n) is not None for n in names]]
     sync = events[events["name"].isin(sync_names)]
@@ -91,12 +114,21 @@ def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.Data
     return {
         "sync_calls": int(len(sync)),
         "sync_top_call": _top_call(sync),
+        "graph_launches": _graph_launches(events, steps_in_window),
         "data_parallel": bool(events["name"].isin([DATA_PARALLEL_OP]).any()),
         "ddp": _seen(events, DDP_OP),
         "gpu_runtime": _runtime(events),
         "reduced_precision_us": iv.total(*reduced_sets) / 1e3,
         "compute_kernel_us": iv.total(*compute_sets) / 1e3,
     }
+
+
+def _graph_launches(events: pd.DataFrame, steps_in_window: pd.DataFrame | None) -> int:
+    """Graph-launch calls (``graphs.GRAPH_LAUNCH``) inside the window's steps (``None``: the whole trace)."""
+    graph = runtime_calls(events, GRAPH_LAUNCH)
+    if steps_in_window is not None:
+        graph = graph & events["step"].isin(steps_in_window["step"]).to_numpy()
+    return int(graph.sum())
 
 
 def _top_call(calls: pd.DataFrame) -> str | None:

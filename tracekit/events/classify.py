@@ -4,7 +4,8 @@ GPU traces: kernels, memcpys and memsets. A kernel is communication when its own
 when its name is an NCCL/RCCL/HCCL kernel (every NCCL era: ``ncclKernel_*``, ``ncclDevKernel_*``,
 ``ncclDevKernel_Generic``, ncclx ``ncclKernel*Ctran*``) or a known all-reduce kernel that is not NCCL's
 (symmetric memory's ``multimem_all_reduce_kernel``, inference engines' ``cross_device_reduce_*``, any name
-with a word that starts ``all_reduce``/``allreduce``), or when the runtime call that launched it ran inside an ``nccl:*``/``rccl:*``
+with a word that starts ``all_reduce``/``allreduce``) or an expert-parallel all-to-all kernel
+(``tracekit.commnames.EP_KERNELS``: DeepEP, pplx-kernels, NVSHMEM), or when the runtime call that launched it ran inside an ``nccl:*``/``rccl:*``
 annotation or a host op that is a collective (``tracekit.commnames.COLLECTIVE_OP``: ``symm_mem::*``,
 ``_c10d_functional::*``, ``c10d::*``, ...; the copies such an op makes of its input excepted). Memcpy/memset
 events, and kernels named like them, are memory.
@@ -20,41 +21,26 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.commnames import COLLECTIVE_OP, COMM_ANNOTATION, HOST_COMM_PREFIXES
+from tracekit.commnames import COLLECTIVE_OP, COMM_ANNOTATION, EP_KERNEL, HOST_COMM_PREFIXES
 from tracekit.read.categories import DEVICE_API, DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.schema import KINDS
+from tracekit.events.graphs import graph_kernels
+from tracekit.events.steps import STEP_NAME, assign_steps, step_table  # noqa: F401 (read from here too)
 
 COMM_KERNEL = re.compile(r"nccl|rccl|hccl|cross_device_reduce|quick_?reduce|(?:one|two)_?shot_?all_?reduce"
                          r"|multimem_\w*all_?(?:reduce|gather)|(?<![a-z])all_?reduce", re.IGNORECASE)
 # Kernels a collective host op launches to copy its input (functional collectives clone it): not communication.
 _COPY_KERNEL = re.compile(r"copy|memcpy|memset|fill", re.IGNORECASE)
 MEMORY_KERNEL = re.compile(r"^(?:hip)?memcpy|^(?:hip)?memset|^dma", re.IGNORECASE)
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-
-
-def step_table(events: pd.DataFrame) -> pd.DataFrame:
-    """One row per ``ProfilerStep#N`` annotation: rank, step, start_ns, end_ns."""
-    names = events["name"].cat.categories
-    step_names = names[names.str.match(STEP_NAME.pattern)]
-    # The host annotation defines the step; a device-side copy (gpu_user_annotation) would move it onto GPU time.
-    rows = events[events["name"].isin(step_names) & (events["dur_ns"] >= 0) & (events["cat"] != "gpu_user_annotation")]
-    out = pd.DataFrame({
-        "rank": rows["rank"].to_numpy(),
-        "step": rows["name"].astype(str).str.extract(STEP_NAME.pattern, expand=False).astype(np.int64).to_numpy(),
-        "start_ns": rows["ts_ns"].to_numpy(),
-        "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy(),
-    })
-    # A step recorded twice on the host counts once.
-    return out.drop_duplicates(["rank", "step"]).sort_values(["rank", "start_ns"], ignore_index=True)
-
-
-def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None) -> pd.DataFrame:
+def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None,
+             steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """A new events table with ``kind`` (device events only), ``launch_ns`` (start of the runtime call that
     launched a device event, -1 if unknown), ``launch_row`` (that call's row, -1 if unknown), ``pre_trace``
     (launched before the trace began: see ``launched_before_trace``) and ``step`` (every event) added.
 
     ``device_ranks``: the ranks whose traces are device traces (``categories.device_evidence``); the others are CPU-only,
     and their training thread plays the device. None: the ranks with an event only a device trace has.
+    ``steps``: the steps (``steps.step_table``, e.g. of a ``step_pattern``); None: the trace's own.
     """
     out = events.copy()
     launch = _launch_of_device_events(out)
@@ -66,7 +52,7 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None) -
     on_gpu = out["rank"].isin(list(device_ranks)).to_numpy()
 
     kernel = is_device & out["cat"].isin(("kernel", "mtia_ccp_events")).to_numpy()  # named by what they run
-    comm = kernel & _name_matches(out, COMM_KERNEL)
+    comm = kernel & (_name_matches(out, COMM_KERNEL) | _name_matches(out, EP_KERNEL))
     named = comm_args["collective"].notna() & (comm_args["collective"].astype(str).str.lower() != "wait")
     comm |= kernel & _rows_mask(out, comm_args.loc[named, ["rank", "row"]])
     comm |= kernel & launch["in_comm_annotation"].to_numpy()
@@ -88,7 +74,8 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None) -
     out["launch_ns"] = launch["launch_ts_ns"].to_numpy()
     out["launch_row"] = launch["launch_row"].to_numpy()
     when = np.where(out["launch_ns"].to_numpy() >= 0, out["launch_ns"].to_numpy(), out["ts_ns"].to_numpy())
-    out["step"] = np.where(pre_trace, -1, assign_steps(out["rank"].to_numpy(), when, step_table(out)))
+    out["step"] = np.where(pre_trace, -1, assign_steps(out["rank"].to_numpy(), when,
+                                                          step_table(out) if steps is None else steps))
     out["pre_trace"] = pre_trace
     return out
 
@@ -99,9 +86,10 @@ def launched_before_trace(events: pd.DataFrame, launch_row: np.ndarray) -> np.nd
 
     Such an event's launch is not in the trace, and it was issued before the first launch the trace holds: its
     ``correlation`` id is below every launch call's of its rank (the ids count up per process), or, when it has
-    none (or 0, unset), it starts before the first event of its stream whose launch is in the trace (a stream runs
-    in issue order). Only ranks where at least one device event is linked to its launch are judged: a trace whose events
-    carry no launch link at all (CPU-only, no runtime events, old formats) keeps every event.
+    none (or 0, unset: MTIA's ``dma_request``, ``event_record``, ...), it starts before the rank's first launch call
+    (a runtime call with an id). One without an id that starts later may have been issued while the host was
+    profiled, so it stays. Only ranks where at least one device event is linked to its launch are judged: a trace
+    whose events carry no launch link at all (CPU-only, no runtime events, old formats) keeps every event.
     """
     rank = events["rank"].to_numpy().astype(np.int64)
     corr = events["correlation"].to_numpy()
@@ -113,11 +101,11 @@ def launched_before_trace(events: pd.DataFrame, launch_row: np.ndarray) -> np.nd
     rows = np.flatnonzero(judged)
     calls = events["cat"].isin(RUNTIME_CATEGORIES).to_numpy() & (corr > 0)
     below_ids = corr[rows] < _min_by(rank[calls], corr[calls], rank[rows])
-    stream_key = rank * (1 << 40) + events["stream"].to_numpy()
     ts = events["ts_ns"].to_numpy()
-    before_stream = ts[rows] < _min_by(stream_key[linked], ts[linked], stream_key[rows])
+    # A rank whose calls all lack an id gets int64's minimum here: nothing starts before it, all is kept.
+    before_calls = ts[rows] < _min_by(rank[calls], ts[calls], rank[rows])
     out = np.zeros(len(events), dtype=bool)
-    out[rows] = np.where(corr[rows] > 0, below_ids, before_stream)  # id 0: unset (CUPTI's ids start at 1)
+    out[rows] = np.where(corr[rows] > 0, below_ids, before_calls)  # id 0: unset (CUPTI's ids start at 1)
     return out
 
 
@@ -131,21 +119,10 @@ def _min_by(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
     return np.where(found, least[at] if len(uniq) else 0, np.iinfo(np.int64).min)
 
 
-def assign_steps(rank: np.ndarray, ts_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """The step whose annotation contains each timestamp, or -1."""
-    result = np.full(len(ts_ns), -1, dtype=np.int64)
-    for r, group in steps.groupby("rank", sort=False):
-        rows = np.flatnonzero(rank == r)
-        starts = group["start_ns"].to_numpy()
-        i = np.searchsorted(starts, ts_ns[rows], side="right") - 1
-        inside = (i >= 0) & (ts_ns[rows] < group["end_ns"].to_numpy()[np.maximum(i, 0)])
-        result[rows[inside]] = group["step"].to_numpy()[i[inside]]
-    return result
-
-
 def _launch_of_device_events(events: pd.DataFrame) -> pd.DataFrame:
     """For each row: the events-table row of the runtime call that launched it (-1 if none, or not a device event),
-    that call's start (-1 if none), and whether that call ran inside a comm annotation."""
+    that call's start (-1 if none), and whether that call ran inside a comm annotation. The call is the one with the
+    event's correlation id; a graph's kernels whose id links none go to their graph launch (``graphs.graph_kernels``)."""
     n = len(events)
     launch_row = np.full(n, -1, dtype=np.int64)
     in_comm = np.zeros(n, dtype=bool)
@@ -166,6 +143,8 @@ def _launch_of_device_events(events: pd.DataFrame) -> pd.DataFrame:
         at = np.minimum(np.searchsorted(ids, corr[launched]), len(ids) - 1)
         found = ids[at] == corr[launched]
         launch_row[launched[found]] = calls[first[at[found]]]
+    # A graph's kernels that no id links: its graph launch's (work launched before the trace excepted).
+    launch_row = graph_kernels(events, launch_row, lambda rows: launched_before_trace(events, rows))
     linked = np.flatnonzero(launch_row >= 0)
     ts = events["ts_ns"].to_numpy()
     launch_ts = np.where(launch_row >= 0, ts[np.maximum(launch_row, 0)], -1)

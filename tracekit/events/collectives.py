@@ -11,7 +11,9 @@ Sizes (nccl-tests' S): all_reduce, broadcast, reduce_scatter, all_to_all, send a
 all_gather its output, which is the input x the group size where the output is not recorded. The group size is
 the args' ``Group size``, else its process group's size in ``pg_config``, else what the call's own shapes say
 (all_gather output / input, reduce_scatter input / output), else the size of the group a call that names none is
-taken to run in (see ``rank._pg_sizes``).
+taken to run in (see ``rank._pg_sizes``). Expert-parallel all-to-all kernels (``commnames.EP_KERNELS``: DeepEP,
+pplx-kernels, NVSHMEM) carry no args and run under no collective op: their op is their name's, and their size and
+group are unknown (NaN), never 0 or the default group's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.events.classify import enclosing_span, launch_points
-from tracekit.commnames import COLLECTIVE_OP, COMM_ANNOTATION, OPS, OUTPUT_FIRST_OP
+from tracekit.commnames import COLLECTIVE_OP, COMM_ANNOTATION, OPS, OUTPUT_FIRST_OP, ep_kernel_op
 
 _OP_PATTERNS = (
     ("barrier", r"barrier"),
@@ -56,9 +58,12 @@ _BUS_FACTOR = {
 
 
 def normalize_op(name: str | None) -> str:
-    """``nccl:_all_gather_base``, ``allgather``, ``ncclDevKernel_AllGather_RING_LL`` -> ``all_gather``."""
+    """``nccl:_all_gather_base``, ``allgather``, ``ncclDevKernel_AllGather_RING_LL`` -> ``all_gather``; an
+    expert-parallel kernel's from ``commnames.EP_KERNELS`` (``deep_ep::intranode::dispatch<...>`` -> ``all_to_all``)."""
     if not isinstance(name, str) or not name:
         return "other"
+    if (ep := ep_kernel_op(name)) is not None:
+        return ep
     text = name.lower()
     for op, pattern in _OP_PATTERNS:
         if re.search(pattern, text):
@@ -84,6 +89,9 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
     of_pg = np.array([np.nan if p is None or p != p else pg_sizes.get((r, p), np.nan)
                       for r, p in zip(calls["rank"], meta["pg"])], dtype=float)
     default = np.array([pg_sizes.get((r, None), np.nan) for r in calls["rank"]], dtype=float)
+    # An expert-parallel kernel names no group, and its EP group is rarely the default one: unknown.
+    ep = np.array([ep_kernel_op(n) is not None for n in calls["name"].astype(str)], dtype=bool)
+    default = np.where(ep, np.nan, default)
     group = meta["group_size"].to_numpy(dtype=float)
     for known in (of_pg, _group_from_shapes(np.array(op), in_n, out_n), default):
         group = np.where(np.isnan(group), known, group)

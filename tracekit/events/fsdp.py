@@ -261,14 +261,18 @@ def _wait(req, ag_end, compute, on_gpu) -> np.ndarray:
 
 
 def rank_totals(fsdp: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per rank over the window: exposed all-gather and exposed reduction (us), and each as % of the step time."""
+    """Per rank, per step (the mean over the window's steps): exposed all-gather, exposed reduction and wait (us),
+    the step time, and the exposed times as % of the step time."""
     rows = fsdp[fsdp["in_window"].astype(bool)] if len(fsdp) else fsdp
     cols = ["allgather_exposed_us", "reduce_exposed_us", "wait_us"]
     grouped = rows.groupby("rank")[cols]
     sums = grouped.sum().where(grouped.count() == grouped.size().to_numpy()[:, None])  # one unknown row: unknown
     kept = steps[steps["in_window"].astype(bool) & steps["rank"].isin(sums.index)]
     step_us = kept.groupby("rank")["step_us"].sum(min_count=1).reindex(sums.index)
-    sums["step_us"] = step_us
-    sums["allgather_exposed_pct"] = sums["allgather_exposed_us"] / step_us * 100
-    sums["reduce_exposed_pct"] = sums["reduce_exposed_us"] / step_us * 100
-    return sums.reset_index()
+    count = kept.groupby("rank")["step"].nunique().reindex(sums.index)  # NaN without steps: per step unknown
+    out = sums.div(count, axis=0)
+    out.insert(0, "steps", count)
+    out["step_us"] = step_us / count
+    out["allgather_exposed_pct"] = sums["allgather_exposed_us"] / step_us * 100
+    out["reduce_exposed_pct"] = sums["reduce_exposed_us"] / step_us * 100
+    return out.reset_index()

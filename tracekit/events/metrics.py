@@ -88,14 +88,24 @@ def rank_breakdown(dev: pd.DataFrame) -> pd.DataFrame:
 def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per rank and ProfilerStep, the plugin's split: compute and comm not overlapped, overlap, and other (us).
 
-    A step runs from its annotation's start to the next step's start (the last one to its annotation's end),
-    so the steps of a rank tile its timeline and ``step_us`` is the period the user waits for.
+    A step runs from its annotation's start to the next step's start, so the steps of a rank tile its timeline
+    and ``step_us`` is the period the user waits for; device work a step leaves running is what the next one
+    waits on. The last step ends at its annotation's end or, when the device work launched inside it (its
+    ``step``) ends later, where that work ends: a host that runs ahead of a saturated device (spin-waiting on
+    device counters, which records no event) ends its annotation before the step's work is done. Steps are
+    matched by number, not position: a step whose successor (N + 1) the trace lacks ends the same way as the last
+    (never past the next step's start), not at a later step's start.
     """
     parts = []
     for rank, group in steps.groupby("rank", sort=True):
-        starts = group["start_ns"].to_numpy()
-        ends = np.append(starts[1:], group["end_ns"].to_numpy()[-1:])
-        sets = _sets(events_dev_all[events_dev_all["rank"] == rank])
+        starts, numbers = group["start_ns"].to_numpy(), group["step"].to_numpy()
+        mine = events_dev_all[events_dev_all["rank"] == rank]
+        work = mine.groupby("step")["end_ns"].max().reindex(numbers).fillna(-1).to_numpy(dtype=np.int64)
+        own_end = np.maximum(group["end_ns"].to_numpy(), work)
+        next_start = np.append(starts[1:], [np.iinfo(np.int64).max])
+        follows = np.append(numbers[1:] == numbers[:-1] + 1, False)
+        ends = np.where(follows, next_start, np.minimum(own_end, next_start))
+        sets = _sets(mine)
         comp = iv.covered_within(sets["compute"], starts, ends)
         comm = iv.covered_within(sets["comm"], starts, ends)
         both = iv.covered_within(sets["overlap"], starts, ends)

@@ -168,13 +168,18 @@ def _step_of(start: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 def _grouped(per_call: pd.DataFrame, key: list[str], peaks, device_rank: bool) -> pd.DataFrame:
     sums = ["calls", "host_self_us", "host_total_us", "device_self_us", "device_us", "flops", "bytes",
             "counted_flops", "window_counted_flops", "flops_arg"]
+    # A sum of FLOPs or bytes over calls is known only when every call's is.
+    per_call = per_call.assign(**{f"_{c}_known": np.isfinite(per_call[c].to_numpy(dtype=np.float64))
+                                  for c in ("flops", "bytes")})
     grouped = per_call.groupby(key, observed=True, sort=False, dropna=False)
     out = grouped[sums].sum(min_count=1).reset_index()
     out["calls"] = out["calls"].astype(np.int64)
     out["kind"] = grouped["kind"].first().to_numpy()
-    out["dtype"] = grouped["dtype"].agg(lambda v: v.iloc[0] if v.nunique(dropna=True) <= 1 else "mixed").to_numpy()
-    for col in ("flops", "bytes"):  # a sum over calls is known only when every call's is
-        known = grouped[col].apply(lambda v: bool(np.isfinite(v).all())).to_numpy()
+    # One dtype: the first call's (missing included); calls of several: "mixed".
+    first, distinct = grouped["dtype"].first(skipna=False).to_numpy(), grouped["dtype"].nunique(dropna=True).to_numpy()
+    out["dtype"] = np.where(distinct <= 1, first, "mixed")
+    for col in ("flops", "bytes"):
+        known = grouped[f"_{col}_known"].all().to_numpy()
         out[col] = np.where(known, out[col].to_numpy(), np.nan)
     measured_us = out["device_us"].to_numpy() if device_rank else out["host_total_us"].to_numpy()
     measured_us = np.where(measured_us > 0, measured_us, np.nan)

@@ -10,6 +10,7 @@ here and in ``comm_findings`` (importable from here too) so a reader can see exa
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -42,14 +43,41 @@ def _data_loading(ranks, collectives, stragglers, run):
 
 def _host_bound(ranks, collectives, stragglers, run):
     device = ranks[ranks["device"] != "cpu"]
+    graphs = VENDOR[gpu_vendor(device, run.device_names)]["graphs"]
     if (device["gpu_runtime"] == "mtia").any():  # no GPU (whatever its devices are named): say device, no GPU graphs
         unit, capture = "device", "torch.compile the step"
     else:
-        graphs = VENDOR[gpu_vendor(device, run.device_names)]["graphs"]
         unit, capture = "GPU", f"capture the step with {graphs} or torch.compile(mode='reduce-overhead')"
-    return _idle_finding(device, "idle_host_us", HOST_IDLE_SHARE, "host_bound",
-                         f"The {unit} idles waiting for kernel launches for up to {{share:.0%}} of its time ({{ranks}}).",
-                         f"Cut launch overhead: {capture}, fuse small ops, or raise the per-{unit} batch size.")
+    eager = f"Cut launch overhead: {capture}, fuse small ops, or raise the per-{unit} batch size."
+    message = f"The {unit} idles waiting for kernel launches for up to {{share:.0%}} of its time ({{ranks}})."
+    found = _idle_finding(device, "idle_host_us", HOST_IDLE_SHARE, "host_bound", message, eager)
+    if not found or "graph_launches" not in device:
+        return found
+    # Steps that already replay graphs: capturing them is done; what is left is the host time between replays.
+    f = found[0]
+    hit = device[device["rank"].isin(f.ranks)]
+    replays = hit[hit["graph_launches"].fillna(0) > 0]
+    if replays.empty:
+        return found
+    stepped = (replays["steps"] > 0).all()
+    launches = float((replays["graph_launches"] / (replays["steps"] if stepped else 1)).max())
+    graph_share = float((replays["idle_graph_launch_us"] / replays["idle_host_us"]).max())
+    advice = REPLAY_ADVICE.format(graphs=graphs)
+    if len(replays) < len(hit):
+        advice = f"On {fmt.ranks(replays['rank'])}: {advice} Elsewhere: {eager}"
+    message = (f"{f.message} The steps on {fmt.ranks(replays['rank'])} already replay {graphs} ({launches:,.1f} graph "
+               f"launches{' per step' if stepped else ''}; {graph_share:.0%} of that wait is for a graph launch).")
+    return [dataclasses.replace(f, message=message, recommendation=advice,
+                                evidence={**f.evidence, "graph_launches": launches, "per_step": bool(stepped),
+                                          "graph_launch_wait_share": graph_share})]
+
+
+# For steps that already replay CUDA/HIP graphs (an engine's decode, torch.compile's cudagraph trees).
+REPLAY_ADVICE = ("The steps already replay {graphs}, so capturing them again gains nothing; cut the host time between "
+                 "replays: fewer, larger graphs (capture more of the step in one graph; under torch.compile, fewer "
+                 "graph breaks, so that cudagraph trees replay fewer partitions), a larger batch per replay, and less "
+                 "host work between replays (scheduling, sampling, input preparation and copies: overlap them with "
+                 "the replay, or move them onto the device or off the step).")
 
 
 def _idle_finding(ranks, column, thresholds, kind, message, recommendation):
@@ -129,9 +157,17 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
     return [Finding(
         "no_reduced_precision", "medium", tuple(int(r) for r in hit["rank"]),
         f"Only {float(share[hit.index].max()):.1%} {what} on GPUs with {matrix} ({fmt.ranks(hit['rank'])}).",
-        "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss "
-        f"(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on {matrix}.",
+        ("Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss "
+         f"(float16 needs torch.amp.GradScaler); matmuls and convolutions then run on {matrix}.")
+        if _trains(hit) else  # a forward-only trace (inference): no training advice
+        ("Run the model in bf16: load its weights as torch.bfloat16 (model.to(torch.bfloat16)) or wrap the forward "
+         f"in torch.autocast('cuda', dtype=torch.bfloat16); matmuls and convolutions then run on {matrix}."),
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
+
+
+def _trains(ranks) -> bool:
+    """Whether any of these ranks trains (``ranks.training``; unknown counts as training, the advice of old)."""
+    return "training" not in ranks or bool(ranks["training"].fillna(True).astype(bool).any())
 
 
 _CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _host_bound, _syncs, _no_reduced_precision,

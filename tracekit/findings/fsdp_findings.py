@@ -1,11 +1,13 @@
 """Findings for sharded training (FSDP), read off ``summary.fsdp``: each names the remedy that fits what was measured.
 
-- ``fsdp_exposed_allgather``: all-gathers with no compute under them take a share of the step time. The remedy
-  follows where that time is: gathers issued on demand after the first unit of a pass (an earlier unit could have
-  prefetched them) -> prefetch more; gathers of the backward pass
-  (parameters freed after forward) -> ``reshard_after_forward=False`` for the last units, which backward needs first;
-  many small units -> fewer, larger units.
-- ``fsdp_fp32_allgather``: parameters gathered in float32 while all-gathers are exposed: bf16 halves the bytes.
+- ``fsdp_exposed_allgather``: units stand waiting for their all-gathers with no compute running (``wait_us``) for a
+  share of the step time (medium, high), or, under those shares, gathers issued on demand after the first unit of a
+  pass (an earlier unit could have prefetched them) still stall their units (low). The measure is the units' wait,
+  not the gathers' exposed duration: a gather can run uncovered while the rank is blocked on something else (on gloo,
+  in the previous unit's reduction, waiting for a late peer) and delay no unit. The remedy follows where the wait
+  is: late on-demand gathers -> prefetch more; the backward pass (parameters freed after forward) ->
+  ``reshard_after_forward=False`` for the last units, which backward needs first; many small units -> fewer, larger.
+- ``fsdp_fp32_allgather``: parameters gathered in float32 while units wait for all-gathers: bf16 halves the bytes.
 - ``fsdp_exposed_reduce``: the last unit of backward reduces its gradients with no compute left to hide under.
 - ``fsdp_small_units``: units whose all-gather moves little and takes longer than the unit computes.
 Thresholds are constants here; shares are of the rank's step time over the window.
@@ -20,7 +22,8 @@ import pandas as pd
 
 from tracekit.findings.finding import Finding, by_severity
 
-EXPOSED_ALLGATHER_SHARE = (0.05, 0.20)  # medium, high
+EXPOSED_ALLGATHER_SHARE = (0.05, 0.20)  # of step time units wait for gathers: medium, high
+LATE_WAIT_SHARE = 0.001                 # low: of step time late on-demand gathers stall their units; under: noise
 BACKWARD_SHARE = 0.3                    # of exposed all-gather in backward: keep the last units unsharded
 EXPOSED_REDUCE_SHARE = 0.05             # of step time, the last backward unit's exposed reduction
 SMALL_UNIT_BYTES = 4e6                  # a gather under this is latency-bound on any interconnect
@@ -64,33 +67,46 @@ def _per_rank_share(rows: pd.DataFrame, column: str, step_us: pd.Series) -> pd.S
 
 
 def _exposed_allgather(rows, step_us):
-    share = _per_rank_share(rows, "allgather_exposed_us", step_us)
-    worst = float(share.max()) if len(share) else math.nan
-    level = _level(worst, EXPOSED_ALLGATHER_SHARE)
-    if level is None:
+    share = _per_rank_share(rows, "wait_us", step_us)
+    late = late_on_demand(rows)
+    late_share = _per_rank_share(rows[late], "wait_us", step_us).reindex(share.index, fill_value=0.0)
+    hit = share.index[(share >= EXPOSED_ALLGATHER_SHARE[0]) | (late_share >= LATE_WAIT_SHARE)]
+    if len(hit) == 0:
         return []
-    hit = share.index[share >= EXPOSED_ALLGATHER_SHARE[0]]
-    mine = rows[rows["rank"].isin(hit)]
-    exposed = float(mine["allgather_exposed_us"].sum())
-    late = late_on_demand(mine)
-    late_us = float(mine.loc[late, "allgather_exposed_us"].sum())
-    late_per_step = float(late.sum()) / max(1, mine.groupby(["rank", "step"]).ngroups)
-    backward = float(mine.loc[mine["phase"] == "backward", "allgather_exposed_us"].sum()) / exposed
-    per_unit = mine.groupby("unit")["allgather_exposed_us"].sum().sort_values(ascending=False)
+    worst = float(share[hit].max())
+    level = _level(worst, EXPOSED_ALLGATHER_SHARE) or "low"  # under the shares: only late on-demand gathers stall
+    ours = rows["rank"].isin(hit)
+    mine, late = rows[ours], late[ours]
+    steps = max(1, mine.groupby(["rank", "step"]).ngroups)
+    waited = float(mine["wait_us"].sum())
+    late_wait = float(mine.loc[late, "wait_us"].sum())
+    late_per_step = float(late.sum()) / steps
+    backward = float(mine.loc[mine["phase"] == "backward", "wait_us"].sum()) / waited
+    per_unit = mine.groupby("unit")["wait_us"].sum().sort_values(ascending=False)
+    per_unit = per_unit[per_unit > 0]
     small = float(mine.loc[mine["gathers"] > 0, "allgather_bytes"].median()) < SMALL_UNIT_BYTES
-    prefetch = late_us > 0
+    prefetch = late_wait > 0
     remedies = ([PREFETCH_REMEDY] if prefetch else []) + \
                ([RESHARD_REMEDY] if backward >= BACKWARD_SHARE else []) + ([LARGER_UNITS_REMEDY] if small else [])
-    units = ", ".join(f"{u} {v / 1e3:.1f} ms" for u, v in per_unit.head(3).items())
+    units = ", ".join(f"{u} {_ms(v / steps)} ms" for u, v in per_unit.head(3).items())
+    late_text = (f"; {late_per_step:.1f} gathers per step and rank were issued on demand after the first unit of "
+                 f"their pass (an earlier unit could have prefetched them), and their units waited "
+                 f"{_ms(late_wait / steps)} ms per step for them" if prefetch else "")
     return [Finding(
         "fsdp_exposed_allgather", level, tuple(int(r) for r in hit),
-        f"FSDP all-gathers with no compute under them take up to {worst:.0%} of the step time ({backward:.0%} of it "
-        f"in backward); {late_per_step:.1f} gathers per step and rank were issued on demand after the first unit of "
-        f"their pass, with {late_us / 1e3:.1f} ms exposed. Most exposed units: {units}.",
+        f"FSDP units stand waiting for their all-gathers, with no compute running, for up to {worst:.1%} of the step "
+        f"time ({backward:.0%} of it in backward){late_text}. Most waiting units, per step and rank: {units}.",
         "; ".join(remedies or ["overlap the gathers with compute (prefetch), or gather fewer bytes"]) + ".",
-        {"share": worst, "allgather_exposed_us": exposed, "late_on_demand_per_step": late_per_step,
-         "late_on_demand_exposed_us": late_us, "backward_share": backward, "threshold": EXPOSED_ALLGATHER_SHARE[0],
+        {"share": worst, "wait_us": waited, "allgather_exposed_us": float(mine["allgather_exposed_us"].sum()),
+         "late_on_demand_per_step": late_per_step, "late_on_demand_wait_us": late_wait,
+         "late_on_demand_exposed_us": float(mine.loc[late, "allgather_exposed_us"].sum()),
+         "backward_share": backward, "threshold": EXPOSED_ALLGATHER_SHARE[0], "late_threshold": LATE_WAIT_SHARE,
          "prefetch_remedy": prefetch, "units": {str(u): float(v) for u, v in per_unit.items()}})]
+
+
+def _ms(us: float) -> str:
+    """Milliseconds to 3 significant digits: a small wait reads 0.0123 ms, never 0.0."""
+    return f"{us / 1e3:.3g}"
 
 
 def late_on_demand(rows: pd.DataFrame) -> pd.Series:
@@ -106,7 +122,7 @@ def _fp32_allgather(rows, step_us):
     fp32 = rows["allgather_dtype"].astype(str).str.lower().isin(FP32_NAMES) & (rows["gathers"] > 0)
     if not fp32.any():
         return []
-    share = _per_rank_share(rows[fp32], "allgather_exposed_us", step_us)
+    share = _per_rank_share(rows[fp32], "wait_us", step_us)
     worst = float(share.max()) if len(share) else math.nan
     if math.isnan(worst) or worst < EXPOSED_ALLGATHER_SHARE[0]:
         return []
@@ -114,8 +130,8 @@ def _fp32_allgather(rows, step_us):
     per_step = rows[fp32 & rows["rank"].isin(hit)].groupby(["rank", "step"])["allgather_bytes"].sum()
     return [Finding(
         "fsdp_fp32_allgather", "medium", tuple(int(r) for r in hit),
-        f"FSDP gathers parameters in float32 ({per_step.mean() / 1e6:.2f} MB per step and rank) while exposed "
-        f"all-gathers take up to {worst:.0%} of the step time.",
+        f"FSDP gathers parameters in float32 ({per_step.mean() / 1e6:.2f} MB per step and rank) while units wait "
+        f"for all-gathers up to {worst:.0%} of the step time.",
         "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) halves the all-gather bytes "
         "(FSDP1: MixedPrecision(param_dtype=torch.bfloat16)).",
         {"share": worst, "allgather_bytes_per_step": float(per_step.mean()),

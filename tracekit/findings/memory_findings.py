@@ -20,18 +20,19 @@ NEAR_CAPACITY = (0.85, 0.95)
 GROWTH_SHARE = 0.02
 
 
-def merged(findings: tuple, memory: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
-    """``findings`` and the memory findings together, most severe first."""
-    return by_severity(list(findings) + list(find(memory, steps)))
+def merged(findings: tuple, memory: pd.DataFrame, steps: pd.DataFrame, training: bool = True) -> tuple[Finding, ...]:
+    """``findings`` and the memory findings together, most severe first. ``training``: whether the run trains
+    (``ranks.training``); False words the advice for a forward-only run."""
+    return by_severity(list(findings) + list(find(memory, steps, training)))
 
 
-def find(memory: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
+def find(memory: pd.DataFrame, steps: pd.DataFrame, training: bool = True) -> tuple[Finding, ...]:
     if memory is None or memory.empty:
         return ()
-    return tuple(f for check in (_near_capacity, _growth) for f in check(memory, steps))
+    return tuple(_near_capacity(memory, steps, training)) + tuple(_growth(memory, steps))
 
 
-def _near_capacity(memory: pd.DataFrame, steps: pd.DataFrame) -> list[Finding]:
+def _near_capacity(memory: pd.DataFrame, steps: pd.DataFrame, training: bool = True) -> list[Finding]:
     peak = memory[["peak_allocated_bytes", "peak_reserved_bytes"]].max(axis=1)
     use = (peak / memory["device_memory_bytes"]).where(memory["device_memory_bytes"] > 0)
     frame = memory.assign(use=use).dropna(subset=["use"])
@@ -48,7 +49,10 @@ def _near_capacity(memory: pd.DataFrame, steps: pd.DataFrame) -> list[Finding]:
         f"Device memory peaks at {top['use']:.0%} of {fmt.mb(top['device_memory_bytes'], unit=True)} "
         f"({top['device']}, {fmt.ranks(hit['rank'].unique())}): one larger batch or sequence runs out of memory.",
         "Cut activation memory: activation checkpointing (torch.utils.checkpoint), a smaller micro-batch with "
-        "gradient accumulation, mixed precision, or sharding (FSDP) of parameters, gradients and optimizer state.",
+        "gradient accumulation, mixed precision, or sharding (FSDP) of parameters, gradients and optimizer state."
+        if training else  # forward only: no gradients, no optimizer state
+        "Cut memory: a smaller batch or KV cache, weights in bf16 or quantized (fp8/int8), or the model split "
+        "across devices (tensor parallel).",
         {"share": float(top["use"]), "peak_bytes": float(max(top["peak_allocated_bytes"], top["peak_reserved_bytes"])),
          "device_memory_bytes": float(top["device_memory_bytes"])})]
 

@@ -6,6 +6,7 @@ leaves the worker, so memory in the parent does not grow with trace size.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,8 +15,11 @@ import pandas as pd
 
 from tracekit.events import causes
 from tracekit.events import metrics
+from tracekit.events.graphs import capture_facts
 from tracekit import intervals as iv
-from tracekit.events.classify import classify, step_table
+from tracekit.events.classify import classify
+from tracekit.events.steps import find_steps
+from tracekit.commnames import EP_KERNEL
 from tracekit.events.collectives import collective_table
 from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
@@ -64,13 +68,13 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
         if not isinstance(events[col].dtype, pd.CategoricalDtype):
             events = events.assign(**{col: events[col].astype("category")})
     device_rank = meta.device_evidence is not None
-    events = classify(events, comm_args, device_ranks=[meta.rank] if device_rank else [])
+    steps, step_source = find_steps(events, config.step_pattern)
+    events = classify(events, comm_args, device_ranks=[meta.rank] if device_rank else [], steps=steps)
     valid = events["dur_ns"] >= 0
     # The earliest usable event, counting host ops the reader left out; from the table when the meta has none.
     origin_ns = meta.first_ts_ns
     if origin_ns is None:
         origin_ns = int(events.loc[valid, "ts_ns"].min()) if valid.any() else 0
-    steps = step_table(events)
     kept = metrics.window_steps(steps, config.window)
     dev_all = metrics.all_device_events(events)
     dev = metrics.in_window(dev_all, steps, config.window)
@@ -90,25 +94,41 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
 
     gaps = metrics.gap_table(dev)
     gaps["cause"] = causes.gap_causes(gaps, dev, events, device_rank)
+    gaps["host_kind"] = causes.host_kinds(gaps, dev, events)
     # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
     breakdown = metrics.rank_breakdown(dev)
     if breakdown.empty:
         breakdown = breakdown.reindex([0]).assign(rank=meta.rank)
     whole = config.window == "trace" or steps.empty
     extras = {**causes.idle_by_cause(gaps), **causes.host_facts(events, dev, None if whole else kept),
-              "compute_major": float("nan") if meta.compute_major is None else float(meta.compute_major)}
+              "compute_major": float("nan") if meta.compute_major is None else float(meta.compute_major),
+              "training": trains(events, ops)}
     if dev.empty:  # no device time to split: unknown, not zero
         extras.update({k: np.nan for k in extras if k.startswith("idle_") or k in _DEVICE_TIME_FACTS})
     ran = what_runs(meta, events, ops, memory, steps, kept, dev, device_rank)
     extras.update(ran.pop("facts"))
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
-    quality = data_quality_row(meta, events, device_rank, len(dev_all)).assign(**ran.pop("quality"))
+    quality = data_quality_row(meta, events, device_rank, len(dev_all)).assign(step_source=step_source,
+                                                                               **ran.pop("quality"))
+    quality = quality.assign(**capture_facts(events, steps, None if whole else kept))
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
-                      graph=rank_graph(events, collectives), fsdp=fsdp, **ran)
+                      graph=rank_graph(events, collectives, steps), fsdp=fsdp, **ran)
 
 
 _STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
+# What only training runs: autograd's backward (``autograd::engine::evaluate_function: MmBackward0``, the nodes
+# ``*Backward0``) and the optimizer (``Optimizer.step#SGD.step``, ``Optimizer.zero_grad#...``).
+TRAINING_OP = re.compile(r"Backward\d*\b|^autograd::engine|^Optimizer\.(?:step|zero_grad)")
+
+
+def trains(events: pd.DataFrame, ops: pd.DataFrame | None) -> bool:
+    """Whether the rank trains: a backward or optimizer op among its events or its host ops (a GPU rank's events
+    leave most CPU ops out; ``ops`` has them all). False: forward only (inference, an evaluation loop)."""
+    names = set(events["name"].cat.categories.astype(str))
+    if ops is not None and len(ops):
+        names.update(pd.unique(ops["name"].astype(str)))
+    return any(TRAINING_OP.search(n) for n in names)
 _DEVICE_TIME_FACTS = ("reduced_precision_us", "compute_kernel_us")
 
 
@@ -126,12 +146,20 @@ def data_quality_row(meta: RankMeta, events: pd.DataFrame, device_rank: bool, de
         "device_events_absent": [device_rank and device_events == 0],
         "pre_trace_events": [int(events["pre_trace"].sum())],
         "pre_trace_device_us": [early_ns / 1e3],
+        "unsized_ep_comm": [_ep_comm_kernels(events)],
         "dropped_events": [meta.dropped_events],
         "unknown_categories": [", ".join(f"{c} ({n})" for c, n in meta.unknown_categories)],
         "unknown_category_events": [sum(n for _, n in meta.unknown_categories)],
         "rank_source": [meta.rank_source],
         "shapes_recorded": pd.array([meta.shapes_recorded], dtype="boolean"),
     })
+
+
+def _ep_comm_kernels(events: pd.DataFrame) -> int:
+    """Communication kernels known only by their name as expert-parallel all-to-all (``commnames.EP_KERNELS``)."""
+    names = events["name"].cat.categories
+    ep = names[np.fromiter((EP_KERNEL.search(n) is not None for n in names), dtype=bool, count=len(names))]
+    return int(((events["kind"] == "comm") & events["name"].isin(ep)).sum())
 
 
 def _in_window(step: pd.Series, steps: pd.DataFrame, kept: pd.DataFrame, config: Config) -> np.ndarray:

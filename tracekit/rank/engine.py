@@ -53,6 +53,8 @@ class EngineOptions:
     cache_dir: the Parquet cache folder, or ``None`` for no cache.
     cache_max_bytes: the cache folder is trimmed to this size after each run, least recently used entries first.
     progress: called as ``progress(done, total)`` in this process each time a rank is finished.
+    skip_unreadable: return the read error of any file that cannot be read (truncated, not JSON, no rank) as its
+      outcome, as a non-trace's is, instead of raising it at once.
     """
 
     kind: str = "local"
@@ -61,6 +63,7 @@ class EngineOptions:
     cache_dir: str | Path | None = None
     cache_max_bytes: int = cache.DEFAULT_MAX_BYTES
     progress: Progress | None = None
+    skip_unreadable: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINES:
@@ -119,7 +122,8 @@ def _rank_task(path: str | Path, config: Config, default_rank: int | None, store
 
 def map_ranks(files: Sequence[str | Path], config: Config, default_rank: int | None,
               options: EngineOptions = EngineOptions()) -> list[RankResult | NotATraceError]:
-    """``analyze_rank`` over ``files``, in file order: a RankResult per trace, the NotATraceError of a non-trace.
+    """``analyze_rank`` over ``files``, in file order: a RankResult per trace, the NotATraceError of a non-trace
+    (with ``options.skip_unreadable``: the TraceReadError of any file that cannot be read).
 
     With a cache folder, a rank whose key is in the store is read from it and not analysed; the others are
     analysed and put. Each result's file path is the one given here, whoever filled its entry. Any other read
@@ -140,7 +144,7 @@ def map_ranks(files: Sequence[str | Path], config: Config, default_rank: int | N
             [keys[i] for i in todo])
     if store is not None:
         store.trim()
-    return [_outcome(o, file) for o, file in zip(outcomes, files)]
+    return [_outcome(o, file, options.skip_unreadable) for o, file in zip(outcomes, files)]
 
 
 def _key_here(file, config, default_rank) -> str | None:
@@ -150,10 +154,10 @@ def _key_here(file, config, default_rank) -> str | None:
         return None
 
 
-def _outcome(value, file):
+def _outcome(value, file, skip_unreadable: bool = False):
     if isinstance(value, _Failed):
         error = value.error()
-        if isinstance(error, NotATraceError):
+        if skip_unreadable or isinstance(error, NotATraceError):
             return error
         raise error
     # The path of this call, not of the call that filled the store entry (a relative path from another folder).
@@ -175,7 +179,7 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
     if workers == 1:
         for file, slot, key in zip(files, slots, keys):
             outcomes[slot] = _rank_task(file, config, default_rank, store, key)
-            _raise_if_fatal(outcomes[slot])
+            _raise_if_fatal(outcomes[slot], options.skip_unreadable)
             tick()
         return
     with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
@@ -188,16 +192,16 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
                     outcomes[pending.pop(future)] = future.result()
                     tick()
                 for future in done:
-                    _raise_if_fatal(future.result())
+                    _raise_if_fatal(future.result(), options.skip_unreadable)
         except BaseException:
             for future in pending:
                 future.cancel()
             raise
 
 
-def _raise_if_fatal(value) -> None:
+def _raise_if_fatal(value, skip_unreadable: bool = False) -> None:
     """Stop at the first read error that is not 'this JSON is not a trace' (that one is skipped by the caller)."""
-    if isinstance(value, _Failed) and not issubclass(value.kind, NotATraceError):
+    if isinstance(value, _Failed) and not skip_unreadable and not issubclass(value.kind, NotATraceError):
         raise value.error()
 
 
@@ -224,7 +228,7 @@ def _run_dask(files, config, default_rank, options, slots, outcomes, tick, store
         for future in as_completed(futures):
             i = index_of[future.key]
             outcomes[slots[i]] = value = future.result()
-            _raise_if_fatal(value)
+            _raise_if_fatal(value, options.skip_unreadable)
             if store is not None and keys[i] is not None and isinstance(value, RankResult):
                 store.put(keys[i], value)
             tick()

@@ -5,8 +5,9 @@ across ranks by ``tracekit.run.rungraph.run_graph`` (collective transfers wait f
 
 Nodes: device events (kernels, memcpys, memsets; on CPU-only ranks the training thread's innermost ops and gloo's
 collectives), the host calls that matter for time (launches, synchronizations, the DataLoader, the innermost ops of
-the training thread), one zero-length marker per ``ProfilerStep`` start and one where the last step ends. Each node lies on one *lane* (a host
-thread, a GPU stream, a gloo thread) and lanes run their nodes in order.
+the training thread), one zero-length marker per step start (``ProfilerStep``, or the step annotations
+``tracekit.events.steps`` finds) and one where the last step ends (``tracekit.rank.markers``). Each node lies on one
+*lane* (a host thread, a GPU stream, a gloo thread) and lanes run their nodes in order.
 
 Edges (node columns, -1 when absent):
   lane order   implicit: a node starts after the one before it on its lane ends
@@ -15,7 +16,8 @@ Edges (node columns, -1 when absent):
   ``pe``       start after this node *ended*: a device event on one stream waiting for another stream (inferred: it
                started within ``STREAM_WAIT_NS`` of that event's end, later than its own stream and launch allowed),
                or, on a CPU-only rank, the training thread resuming when the collective it waited for ended (a gap of
-               at least ``MIN_WAIT_GAP_NS`` that ends within 10% of its length of a collective's end)
+               at least ``MIN_WAIT_GAP_NS`` that ends within 10% of its length of a collective's end), or the end
+               marker waiting for the last step's device work when that ends after the step's annotation
   ``dr``       end after this node ended: a synchronizing host call (``cudaStreamSynchronize``, blocking copy, ...)
                returns when the last device event that ended inside it has ended
   collectives  (run level) a collective's transfer starts when the last member rank arrives (``group``)
@@ -29,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.events.causes import DATA_LOADER, SYNC_CALL
-from tracekit.events.classify import STEP_NAME
+from tracekit.events.steps import step_table
+from tracekit.rank.markers import END_MARKER, END_ROW as _END_ROW, end_marker as _end_marker
 from tracekit.events.hostops import reads_host_op
 from tracekit import intervals as iv
 from tracekit import schema
@@ -40,14 +43,14 @@ STREAM_WAIT_NS = 20_000
 MIN_WAIT_GAP_NS = 100_000
 WAIT_TOLERANCE = 0.10
 _ENQUEUE = re.compile(r"^c10d::(?!wait)")
-END_MARKER = "ProfilerStep end"  # the name of the marker where the last step ends
 _HOST_CATS = ("cpu_op", "user_annotation", "python_function")
 GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c != "group"]  # per rank; the run graph adds group
 
 
-def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
-    """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events
-    and its collectives table (``coll`` is a row position in it)."""
+def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events,
+    its collectives table (``coll`` is a row position in it) and its steps (``steps.step_table``; None: the
+    trace's own)."""
     if events.empty:
         return empty_graph()
     rank = int(events["rank"].iloc[0])
@@ -60,7 +63,9 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     kind = events["kind"].to_numpy()
     is_dev = cats.isin(DEVICE_CATEGORIES).to_numpy() & events["kind"].notna().to_numpy() & valid
     on_gpu = bool(is_dev.any())
-    is_step = name.isin(names[names.str.match(STEP_NAME.pattern)]).to_numpy() & valid & (cats != "gpu_user_annotation").to_numpy()
+    steps = step_table(events) if steps is None else steps
+    step_of_row = pd.Series(steps["step"].to_numpy(), index=steps["row"].to_numpy())
+    is_step = np.isin(np.arange(len(events)), steps["row"].to_numpy())
     is_comm_cpu = ~on_gpu & (kind == "comm") & valid
     cat_names = cats.cat.categories.astype(str)
     runtime = cats.isin(cat_names[cat_names.str.endswith("_runtime") | cat_names.str.endswith("_driver")]).to_numpy()
@@ -82,8 +87,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     host = host[_leaves(lane_key[host], ts[host], ts[host] + dur[host])]
 
     dev = np.flatnonzero(is_dev | is_comm_cpu)
-    steps = np.flatnonzero(is_step)
-    steps = steps[~pd.Series(name.cat.codes.to_numpy()[steps]).duplicated().to_numpy()]
+    steps = np.flatnonzero(is_step)  # one row per step: a step recorded twice is one row of the step table
     rows = np.concatenate([dev, host, steps])
     node_cat = np.select(
         [np.isin(rows, steps), np.isin(rows, dev) & (kind[rows] == "comm"), np.isin(rows, dev) & (kind[rows] == "memory"),
@@ -93,7 +97,8 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
     nodes = pd.DataFrame({
         "rank": np.full(len(rows), rank, dtype=np.int32), "lane": lane_key[rows],
         "start_ns": ts[rows], "end_ns": np.where(np.isin(rows, steps), ts[rows], ts[rows] + dur[rows]),
-        "step": np.where(np.isin(rows, steps), _step_number(names, name, rows), events["step"].to_numpy()[rows]),
+        "step": np.where(np.isin(rows, steps), step_of_row.reindex(rows).fillna(-1).to_numpy(dtype=np.int64),
+                         events["step"].to_numpy()[rows]),
         "cat": node_cat,
         "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[rows], categories=names),
         "row": rows, "is_marker": np.isin(rows, steps),
@@ -107,11 +112,12 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
         "end_ns": ts[ends] + dur[ends], "step": events["step"].to_numpy()[ends], "cat": "data",
         "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[ends], categories=names),
         "row": -1 - np.arange(len(ends)), "is_marker": False, "in_data": True})], ignore_index=True)
+    end_bound = None
     if len(steps):
         if END_MARKER not in nodes["name"].cat.categories:  # a trace may hold an event of that name (a re-read export)
             nodes["name"] = nodes["name"].cat.add_categories([END_MARKER])
-        nodes = pd.concat([nodes, _end_marker(events, steps, lane_key, ts + dur, nodes["name"].cat.categories)],
-                          ignore_index=True)
+        marker, end_bound = _end_marker(events, step_of_row, lane_key, ts + dur, nodes)
+        nodes = pd.concat([nodes, marker], ignore_index=True)
     nodes["name"] = nodes["name"].cat.remove_unused_categories()
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
     nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
@@ -133,7 +139,10 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
             mine = np.flatnonzero((nodes["lane"] == lane).to_numpy() & (nodes["cat"] != "comm").to_numpy())
             busy[mine] = iv.covered_within(iv.merge(ts[ops], ts[ops] + dur[ops]), prev_end[mine],
                                            nodes["start_ns"].to_numpy()[mine])
-    out = nodes.assign(ps=ps, pe=_waits(nodes, on_gpu, ps), dr=_drains(nodes) if on_gpu else -1,
+    pe = _waits(nodes, on_gpu, ps)
+    if end_bound is not None:  # the last step ends when its device work does: the end marker waits for it
+        pe[int(position[_END_ROW])] = int(position[end_bound])
+    out = nodes.assign(ps=ps, pe=pe, dr=_drains(nodes) if on_gpu else -1,
                        coll=_collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
     out["lane"] = pd.factorize(out["lane"])[0].astype(np.int32)
     out["cat"] = pd.Categorical(out["cat"], categories=list(NODE_CATS))
@@ -155,27 +164,6 @@ def _leaves(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     keep = np.zeros(len(order), dtype=bool)
     keep[order] = ~nested
     return keep
-
-
-def _end_marker(events: pd.DataFrame, steps: np.ndarray, lane_key: np.ndarray, end_ns: np.ndarray,
-                names: pd.Index) -> pd.DataFrame:
-    """A zero-length marker where the last ``ProfilerStep`` ends, as if the next step began there (its step is one
-    more): the last step then has an end that moves in a replay, as every earlier step has in the next marker."""
-    step_of = _step_number(events["name"].cat.categories, events["name"], steps)
-    last = steps[np.argmax(step_of)]
-    return pd.DataFrame({
-        "rank": np.array([events["rank"].iloc[0]], dtype=np.int32), "lane": lane_key[[last]],
-        "start_ns": end_ns[[last]], "end_ns": end_ns[[last]], "step": step_of.max() + 1, "cat": "marker",
-        "name": pd.Categorical([END_MARKER], categories=names),
-        "row": np.array([-(1 << 62)]), "is_marker": True, "in_data": False})
-
-
-def _step_number(names: pd.Index, name: pd.Series, rows: np.ndarray) -> np.ndarray:
-    """The N of each ``ProfilerStep#N`` row, from its name: a zero-length step holds no event, so its events' step
-    column does not say it (``classify.assign_steps`` needs ts < end)."""
-    number = np.array([int(m.group(1)) if (m := STEP_NAME.match(n)) else -1 for n in names], dtype=np.int64)
-    codes = name.cat.codes.to_numpy()[rows]
-    return np.where(codes >= 0, number[np.maximum(codes, 0)], -1)
 
 
 def _lane_keys(events: pd.DataFrame) -> np.ndarray:

@@ -46,7 +46,7 @@ def title(text: str) -> dict:
 def headline(summary) -> dict:
     """The run's headline numbers: step time (mean over ranks, us), exposed-comm, overlap and idle % summed over
     ranks, and the worst rank: the first straggler when the Summary names one, else the rank most often last to a
-    collective, else the slowest step time."""
+    collective, else the slowest step time; and the slowest rank (the largest mean step time)."""
     r = summary.ranks
     stepped = r[r["steps"] > 0]
     span, comm = r["span_us"].sum(), r["comm_us"].sum()
@@ -63,7 +63,11 @@ def headline(summary) -> dict:
     else:
         worst = None
     worst_row = r[r["rank"] == worst]
+    timed = stepped[stepped["step_time_us"].notna()]
+    slowest = timed.loc[timed["step_time_us"].idxmax()] if len(timed) else None
     return {
+        "slowest_rank": None if slowest is None else int(slowest["rank"]),
+        "slowest_step_time_us": math.nan if slowest is None else float(slowest["step_time_us"]),
         "step_time_us": float(stepped["step_time_us"].mean()) if len(stepped) else math.nan,
         "median_step_time_us": float(stepped["step_time_us"].median()) if len(stepped) else math.nan,
         "exposed_comm_pct": _pct(r["exposed_comm_us"].sum(), span),

@@ -111,7 +111,8 @@ def allranks_timeline(summary, step: int, width_px: int = 1400) -> go.Figure:
     _gaps(fig, step_gaps(summary, step), t0, t1, width_px)
     _path(fig, summary, step)
     fig.update_layout(
-        title=dict(text=f"Step {step}, all ranks: {(t1 - t0) / 1e3:,.2f} ms", **TITLE), barmode="overlay",
+        title=dict(text=f"Step {step}, all ranks: {(t1 - t0) / 1e3:,.2f} ms (from the first rank's start to the last "
+                        "rank's end, not one rank's step time)", **TITLE), barmode="overlay",
         template="plotly_white", height=max(480, 130 + 34 * len(order)), margin=dict(l=160, r=20, t=TOP, b=50),
         bargap=0.3,
         legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01),

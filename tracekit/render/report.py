@@ -37,7 +37,7 @@ def html_report(summary, title: str | None = None) -> str:
         ("Idle", [charts.gap_histogram(summary), charts.idle_by_cause(summary)]),
     ]
     rates = {} if run.workload is None else run.workload.throughputs()
-    body = [f"<h1>{_e(title)}</h1>", _facts(run), _quality(summary.data_quality), "<h2>Overview</h2>",
+    body = [f"<h1>{_e(title)}</h1>", _facts(run), _quality(summary.data_quality, summary.mismatches), "<h2>Overview</h2>",
             _headline(head, rates), _findings(summary.findings),
             _table(display_units(summary.ranks), "Per rank (times in ms, sizes in MB; *_pct in percent)")]
     for section, figs in figures:
@@ -123,9 +123,9 @@ def _facts(run: RunFacts) -> str:
     return f"<ul class=\"facts\">{items}</ul>"
 
 
-def _quality(data_quality: pd.DataFrame) -> str:
+def _quality(data_quality: pd.DataFrame, mismatches: pd.DataFrame) -> str:
     """The data-quality notes that apply (``tracekit.quality.notes``), as the text report shows them; none: nothing."""
-    notes = quality.notes(data_quality)
+    notes = quality.notes(data_quality) + quality.mismatch_notes(mismatches)
     if not notes:
         return ""
     items = "".join(f"<li>{_e(n)}</li>" for n in notes)
@@ -133,13 +133,17 @@ def _quality(data_quality: pd.DataFrame) -> str:
 
 
 def _headline(head: dict, rates: dict[str, float]) -> str:
-    cards = [("step time (mean over ranks)", ms(head["step_time_us"], unit=True))]
+    cards = [("step time (mean over ranks; a rank's step: its ProfilerStep's start to the next one's)",
+              ms(head["step_time_us"], unit=True))]
     cards += [(f"throughput ({k})", f"{rate(v)} samples/s") for k, v in rates.items()]
     cards += [("exposed comm", pct(head["exposed_comm_pct"], unit=True)),
               ("comm overlapped", pct(head["overlap_pct"], unit=True)), ("idle", pct(head["idle_pct"], unit=True))]
-    if head["worst_rank"] is not None:
-        what = "straggler" if head["worst_is_straggler"] else "slowest rank"
-        cards.append((what, f"rank {head['worst_rank']} ({ms(head['worst_step_time_us'], unit=True)})"))
+    if head["slowest_rank"] is not None:
+        cards.append(("slowest rank (mean step time)",
+                      f"rank {head['slowest_rank']} ({ms(head['slowest_step_time_us'], unit=True)})"))
+    if head["worst_is_straggler"] or head["worst_is_last"]:  # who the others wait for, which need not be the slowest
+        what = "straggler (others wait for it)" if head["worst_is_straggler"] else "most often last to collectives"
+        cards.append((what, f"rank {head['worst_rank']} (step time {ms(head['worst_step_time_us'], unit=True)})"))
     return "<div class=\"cards\">" + "".join(
         f"<div class=\"card\"><div class=\"label\">{_e(k)}</div><div class=\"value\">{_e(v)}</div></div>" for k, v in cards
     ) + "</div>"

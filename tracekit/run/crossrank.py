@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
+from tracekit.commnames import ep_kernel_op
 from tracekit.schema import IMBALANCE_COLUMNS, MISMATCH_COLUMNS
 
 # A straggler passes the binomial test: last more often than chance with p < STRAGGLER_P, over MIN_TESTED calls.
@@ -27,7 +28,10 @@ def match_keys(coll: pd.DataFrame) -> np.ndarray:
     With ``Seq``: (pg, Seq). Without: (pg, op, step, size, order of start among calls of that size). The size is
     part of the key because gloo runs two collectives at once on its threads, so start order alone can pair a
     small broadcast on one rank with a large one on another. An all_to_all's size is its dtype instead
-    (``agreed_size``): its ranks send different amounts in one call."""
+    (``agreed_size``): its ranks send different amounts in one call. An expert-parallel kernel
+    (``commnames.EP_KERNELS``) is matched with nothing: it names no group, its EP group is rarely the world, and some
+    (pplx's send-only and receive-only halves, DeepEP's low-latency kernels with receive hooks) do not wait for their
+    peers, so it gives neither waits nor clock evidence."""
     pg = coll["pg"].astype(object).where(coll["pg"].notna(), "?").astype(str)
     has_seq = coll["seq"].notna().to_numpy()
     size = agreed_size(coll)
@@ -39,7 +43,17 @@ def match_keys(coll: pd.DataFrame) -> np.ndarray:
         "size": np.where(has_seq, "", size),
         "b": np.where(has_seq, 0, order.to_numpy()).astype(np.int64),
     })
+    alone = _expert_parallel(coll)
+    keys.loc[alone, "b"] = -1 - np.flatnonzero(alone)  # a key of its own
     return keys.groupby(["pg", "by", "a", "size", "b"], sort=False).ngroup().to_numpy()
+
+
+def _expert_parallel(coll: pd.DataFrame) -> np.ndarray:
+    """Per row: an expert-parallel kernel (``commnames.ep_kernel_op``), judged once per distinct name."""
+    if "name" not in coll or coll.empty:
+        return np.zeros(len(coll), dtype=bool)
+    codes, names = pd.factorize(coll["name"].astype(object), use_na_sentinel=False)
+    return np.array([isinstance(n, str) and ep_kernel_op(n) is not None for n in names], dtype=bool)[codes]
 
 
 def agreed_size(coll: pd.DataFrame) -> np.ndarray:

@@ -38,10 +38,12 @@ class TraceFile:
 
 @dataclass(frozen=True, kw_only=True)
 class SkippedFile:
-    """A file in the run folder that is not a profiler trace, and why."""
+    """A file in the run folder that is not a readable profiler trace, why, and its rank where known (from the
+    trace or its file name)."""
 
     path: str
     reason: str
+    rank: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,7 +164,7 @@ class RunFacts:
             "device_names": list(self.device_names),
             "host_names": list(self.host_names),
             "files": [{"rank": f.rank, "path": f.path, "dropped_events": f.dropped_events} for f in self.files],
-            "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
+            "skipped": [{"path": s.path, "reason": s.reason, "rank": s.rank} for s in self.skipped],
             "window": self.window,
             "origin_ns": self.origin_ns,
             "origin_us": self.origin_us,

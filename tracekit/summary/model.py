@@ -109,7 +109,7 @@ class Summary:
         return self.steps.pivot(index="rank", columns="step", values="step_us")
 
     def fsdp_totals(self) -> pd.DataFrame:
-        """Per rank over the window: exposed all-gather and reduction (us) and their % of step time (``tracekit.events.fsdp``)."""
+        """Per rank, mean per window step: exposed all-gather and reduction (us) and their % of step time (``tracekit.events.fsdp``)."""
         from tracekit.events.fsdp import rank_totals
 
         return rank_totals(self.fsdp, self.steps)

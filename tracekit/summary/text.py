@@ -21,10 +21,12 @@ def text_report(summary: Summary) -> str:
     run = summary.run
     lines = [
         f"tracekit summary of {run.source or 'traces'}",
+        # A trace taken while graphs were captured misleads about speed: said first (tracekit.findings.capture).
+        *(f"  WARNING {note}" for note in quality.capture_notes(summary.data_quality)),
         f"  ranks read {run.ranks_read} of world size {_v(one_or_all(run.world_sizes))}, "
         f"backend {_v(one_or_all(run.backends))}, "
         f"devices: {', '.join(run.device_names) or ', '.join(sorted(set(summary.ranks['device'].astype(str))))}",
-        f"  window: {run.window} (times below are per rank over the window)",
+        f"  window: {_window(summary)}",
     ]
     workload = run.workload
     if workload is not None:
@@ -32,14 +34,31 @@ def text_report(summary: Summary) -> str:
         lines.append(f"  workload run.json: {_or_ask(workload.workload)}, mode {_or_ask(workload.mode)}"
                      + (f"; {shown}" if shown else ""))
     for skipped in run.skipped:
-        lines.append(f"  skipped {skipped.path}: {skipped.reason}")
+        rank = "" if skipped.rank is None else f" (rank {skipped.rank})"
+        lines.append(f"  skipped {skipped.path}{rank}: {skipped.reason}")
     lines += ["", "Per rank: times in ms, (%) their share of the rank's span; comm overlapped: % of comm under compute",
               _rank_lines(summary.ranks), ""]
     lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
     lines += what_ran_lines(summary)
     lines += _quality_lines(summary)
-    lines += _findings_lines(summary.findings)
+    lines += _findings_lines(summary.findings, summary.data_quality)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _window(summary: Summary) -> str:
+    """The window and what it covers: with no steps on a rank, its window is the whole trace, whatever was asked."""
+    run = summary.run
+    if run.window == "trace":
+        return "trace (the whole trace; times below are per rank)"
+    ranks = sorted(int(r) for r in summary.ranks["rank"])
+    bare = sorted(set(ranks) - set(int(r) for r in summary.steps["rank"]))
+    if ranks and len(bare) == len(ranks):
+        return (f"{run.window} asked, but the trace has no steps: the window is the whole trace (times below are per "
+                "rank over it)")
+    said = f"{run.window} (times below are per rank over the window)"
+    if bare:
+        said += f"; {'rank' if len(bare) == 1 else 'ranks'} {', '.join(map(str, bare))} without steps: the whole trace"
+    return said
 
 
 def checked() -> tuple[str, ...]:
@@ -56,11 +75,15 @@ def checked() -> tuple[str, ...]:
     )
 
 
-def _findings_lines(found) -> list[str]:
+def _findings_lines(found, data_quality: pd.DataFrame) -> list[str]:
+    held = data_quality.get("held_back_findings", pd.Series(dtype=object)).dropna().astype(str)
+    held = sorted({kind for text in held if text for kind in text.split(", ")})
+    held_line = ["  Held back, the window overlaps a graph capture (see the top): " + ", ".join(held) + "."]
+    held_line = held_line if held else []
     if not found:
-        return ["Findings", "  None: no check fired. Checked: " + "; ".join(checked()) + "."]
+        return ["Findings"] + (held_line or ["  None: no check fired. Checked: " + "; ".join(checked()) + "."])
     return ["Findings (largest gain first: predicted by replay where a scenario models the fix)"] + [f"  [{f.severity}] {f.message}\n      -> {f.recommendation}"
-                                              for f in found]
+                                              for f in found] + held_line
 
 
 def _rank_lines(ranks: pd.DataFrame) -> str:
@@ -113,5 +136,10 @@ def _or_ask(v: str | None) -> str:
 
 def _quality_lines(summary: Summary) -> list[str]:
     """The data-quality notes that apply (``tracekit.quality``), or nothing when every rank is clean."""
-    found = quality.notes(summary.data_quality)
+    found = quality.notes(summary.data_quality) + quality.mismatch_notes(summary.mismatches)
+    run = summary.run
+    if run.skipped:  # a rank whose file could not be read is missing from every run-level number
+        found.append(f"ranks read {run.ranks_read} of world size {_v(one_or_all(run.world_sizes))}: "
+                     f"{len(run.skipped)} file(s) skipped (listed above); waits, stragglers and matched collectives "
+                     "cover the ranks read only")
     return ["Data quality (what the numbers above rest on)", *(f"  {n}" for n in found), ""] if found else []

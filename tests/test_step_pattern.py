@@ -1,0 +1,151 @@
+"""Traces without ProfilerStep: steps from an engine's own annotations (found, or named by ``step_pattern``), and
+what is unknown without any; advice worded for a forward-only trace.
+
+The decode trace (one GPU rank, times in us), k = 0, 1, 2 and T = 1000 k:
+  host thread:  step[DECODE bs=16] [T, T+1000] holding decode_forward [T+50, T+800] and a launch at T+100
+  stream 7:     sgemm [T+200, T+700]
+So the steps are the three step[...] annotations, 0, 1, 2; the window (all but the last) keeps 0 and 1. Each step
+runs from its start to the next one's: step_us 1000, compute 500 (the kernel), other 500, no communication.
+With ``step_pattern="decode_forward"`` the steps are the inner annotations: step 0 [50, 1050) and step 1
+[1050, 2050) in the window, again 1000 us each with one 500 us kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tracekit
+from tests.tracedata import cpu, kernel, launch, write_trace
+from tracekit.quality import notes
+
+PROPS = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0,
+                               "totalGlobalMem": 85e9}]}
+
+
+def _decode(annotate: bool = True, training: bool = False) -> list[dict]:
+    events = []
+    for k in range(3):
+        t = 1000 * k
+        if annotate:
+            events += [cpu("step[DECODE bs=16]", t, 1000, cat="user_annotation"),
+                       cpu("decode_forward", t + 50, 750, cat="user_annotation")]
+        events += [launch(t + 100, 10 + k), kernel("sgemm_128x64_nn", t + 200, 500, correlation=10 + k)]
+        if training:
+            events.append(cpu("autograd::engine::evaluate_function: MmBackward0", t + 110, 20))
+    return events
+
+
+def _run(folder, events, **options):
+    write_trace(folder / "rank-0.pt.trace.json.gz", events, rank=0, world_size=1, **PROPS)
+    return tracekit.summarize(folder, cache=False, workers=1, **options)
+
+
+def test_engine_step_annotations_are_found_and_named(tmp_path):
+    run = _run(tmp_path, _decode())
+    steps = run.steps
+    assert list(steps["step"]) == [0, 1, 2]
+    window = steps[steps["in_window"]]
+    assert list(window["step"]) == [0, 1]
+    assert list(window["step_us"]) == [1000, 1000]
+    assert list(window["compute_us"]) == [500, 500]
+    assert list(window["other_us"]) == [500, 500]
+    assert run.ranks["steps"].iloc[0] == 2
+    assert run.ranks["step_time_us"].iloc[0] == 1000
+    assert run.data_quality["step_source"].iloc[0] == r"detected: step\[.*\]"
+    assert any(r"steps are the annotations matching step\[.*\]" in n for n in notes(run.data_quality))
+    assert len(run.critical_path) and run.critical_path["us"].sum() == pytest.approx(2000)  # two window steps
+
+
+def test_an_explicit_step_pattern_picks_other_annotations(tmp_path):
+    run = _run(tmp_path, _decode(), step_pattern="decode_forward")
+    window = run.steps[run.steps["in_window"]]
+    assert list(window["step"]) == [0, 1]
+    assert list(window["start_us"] - window["start_us"].iloc[0]) == [0, 1000]
+    assert list(window["step_us"]) == [1000, 1000]
+    assert list(window["compute_us"]) == [500, 500]
+    assert run.data_quality["step_source"].iloc[0] == "step_pattern: decode_forward"
+    assert any("annotations matching decode_forward (step_pattern)" in n for n in notes(run.data_quality))
+
+
+def test_a_step_pattern_that_matches_nothing_says_there_are_no_steps(tmp_path):
+    # A pattern that names no host annotation ("gemm" is a kernel's name) gives no steps: the trace is taken whole,
+    # and the note says why the per-step numbers, the critical path and what-if are unknown.
+    run = _run(tmp_path, _decode(), step_pattern="no_such_annotation|gemm")
+    assert run.steps.empty and run.critical_path.empty
+    assert run.data_quality["step_source"].iloc[0].startswith("none: step_pattern no_such_annotation|gemm")
+    assert any("matched no annotation" in n and "what-if are unknown" in n for n in notes(run.data_quality))
+
+
+def test_a_bad_step_pattern_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="step_pattern"):
+        _run(tmp_path, _decode(), step_pattern="step[")
+
+
+def test_without_steps_per_step_numbers_the_critical_path_and_whatif_are_unknown(tmp_path):
+    run = _run(tmp_path, _decode(annotate=False))
+    assert run.steps.empty
+    assert run.ranks["steps"].iloc[0] == 0
+    assert math.isnan(run.ranks["step_time_us"].iloc[0])  # not the trace's length over a step count of 1
+    assert math.isnan(run.ranks["matmul_flops_per_step"].iloc[0])
+    assert run.ranks["compute_us"].iloc[0] == 1500  # whole-trace numbers are still known
+    assert run.data_quality["step_source"].iloc[0] == "none"
+    note = next(n for n in notes(run.data_quality) if "no steps" in n)
+    assert "critical path and what-if are unknown" in note and "--step-pattern" in note
+    assert run.critical_path.empty
+    table = tracekit.whatif(run, ["baseline", "no_host_gaps"])
+    assert table["step_time_us"].isna().all()
+    assert "no steps" in str(run)  # the text report says so too
+
+
+def _advice(run) -> str:
+    return " ".join(f.recommendation for f in run.findings)
+
+
+def test_a_forward_only_trace_gets_no_training_advice(tmp_path):
+    inference = _run(tmp_path / "inference", _decode())
+    kinds = {f.kind for f in inference.findings}
+    assert "no_reduced_precision" in kinds  # an fp32 GEMM on an A100: the finding stands
+    assert not inference.ranks["training"].iloc[0]
+    text = _advice(inference).lower()
+    for word in ("train with mixed precision", "gradscaler", "optimizer", "gradient", "backward"):
+        assert word not in text, word
+    assert "bf16" in text
+
+
+def test_a_training_trace_still_gets_training_advice(tmp_path):
+    training = _run(tmp_path / "training", _decode(training=True))
+    assert training.ranks["training"].iloc[0]
+    assert "Train with mixed precision" in _advice(training)
+
+
+def test_the_cli_takes_a_step_pattern(tmp_path, capsys):
+    import json
+
+    from tracekit.cli.main import main
+
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", _decode(), rank=0, world_size=1, **PROPS)
+    assert main(["summarize", str(tmp_path), "--step-pattern", "decode_forward", "--json", "--no-cache",
+                 "--workers", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["data_quality"][0]["step_source"] == "step_pattern: decode_forward"
+    assert main(["whatif", str(tmp_path), "--step-pattern", "decode_forward", "--no-cache", "--workers", "1"]) == 0
+    with pytest.raises(SystemExit):  # not a regular expression: refused by the parser
+        main(["summarize", str(tmp_path), "--step-pattern", "step["])
+
+
+def test_detected_steps_are_numbered_per_rank_and_never_called_missing(tmp_path):
+    # Rank 1's profiler started one engine step later: it has 3 steps where rank 0 has 4. Detected steps are
+    # numbered in each rank's own time order (rank 1's first is its step 0), so no rank "lacks" a step, and the
+    # note says how ranks are paired.
+    def work(t, c):
+        return [cpu("step[DECODE bs=16]", t, 1000, cat="user_annotation"), launch(t + 10, c),
+                kernel("sgemm_128x64_nn", t + 20, 500, correlation=c)]
+
+    write_trace(tmp_path / "rank0.json.gz", sum((work(1000 * k, 10 + k) for k in range(4)), []), rank=0)
+    write_trace(tmp_path / "rank1.json.gz", sum((work(1000 * k, 10 + k) for k in range(1, 4)), []), rank=1)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    assert s.steps.groupby("rank")["step"].apply(list).to_dict() == {0: [0, 1, 2, 3], 1: [0, 1, 2]}
+    assert (s.data_quality["missing_steps"] == "").all()
+    assert any(n.startswith("ranks 0, 1:") and "time order" in n for n in notes(s.data_quality))
