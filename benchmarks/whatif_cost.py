@@ -54,7 +54,7 @@ def main() -> None:
     real = tracekit_predict.with_predictions
     without, with_, whatif = [], [], []
     for i in range(args.repeat):
-        tracekit_predict.with_predictions = lambda summary, graphs, shift: summary
+        tracekit_predict.with_predictions = lambda summary, *args, **kwargs: summary
         try:
             t, _ = _timed(lambda: tracekit.summarize(folder, cache=False, workers=args.workers))
         finally:

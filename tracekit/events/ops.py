@@ -68,12 +68,10 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
                                "matmul_flops": np.where(unknown, np.nan, counted),
                                "matmul_at_peak_us": np.where(unknown, np.nan, np.where(counted > 0, counted / peak * 1e6,
                                                                                       0.0))})
-    flop_steps = (flop_steps[flop_steps["step"] >= 0].groupby(["rank", "step"])
-                  .agg(lambda v: v.sum(skipna=False)).reset_index())  # one unknown makes the step's sum unknown
+    # One unknown makes the step's sum unknown.
+    flop_steps = _sums(flop_steps[flop_steps["step"] >= 0], ["rank", "step"], [], ["matmul_flops", "matmul_at_peak_us"])
     windowed = per_call[in_window & (step >= 0)].assign(step=step[in_window & (step >= 0)])
-    op_steps = (windowed.groupby(["rank", "step", "name"], observed=True)
-                .agg(calls=("calls", "sum"), host_self_us=("host_self_us", "sum"),
-                     device_self_us=("device_self_us", lambda v: v.sum(skipna=False))).reset_index())
+    op_steps = _sums(windowed, ["rank", "step", "name"], ["calls", "host_self_us"], ["device_self_us"])
     return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
             op_steps[list(OP_STEP_COLUMNS)])
 
@@ -199,3 +197,13 @@ def _per_value(values: pd.Series, compute) -> np.ndarray:
     """``compute(v)`` for each value, as floats, computed once per distinct value (NaN and None included)."""
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     return np.array([compute(u) for u in uniques], dtype=np.float64)[codes] if len(codes) else np.empty(0)
+
+
+def _sums(frame: pd.DataFrame, key: list[str], plain: list[str], strict: list[str]) -> pd.DataFrame:
+    """Per ``key``: the sums of ``plain`` columns (NaN skipped) and of ``strict`` ones (NaN where any is NaN)."""
+    flags = {f"_{c}_nan": frame[c].isna().to_numpy() for c in strict}
+    grouped = frame.assign(**flags).groupby(key, observed=True)
+    out = grouped[plain + strict].sum()
+    for c in strict:
+        out[c] = out[c].where(~grouped[f"_{c}_nan"].any())
+    return out.reset_index()
