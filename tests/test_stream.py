@@ -108,3 +108,15 @@ def test_any_names_any_cuts_read_the_same(tmp_path_factory, names, block, chunk)
     whole = reader.read_tables(path)
     pd.testing.assert_frame_equal(streamed.events, whole.events)
     assert list(streamed.ops["name"].astype(str)) == names
+
+
+@pytest.mark.parametrize("text, error", [('{"traceEvents": null, "x": 1}', reader.NotATraceError),
+                                         ('{"schemaVersion": 1}', reader.NotATraceError),
+                                         ('{"traceEvents": [{"ph": "X"', reader.NotJSONError)])
+def test_a_streamed_document_without_a_readable_events_array_gets_the_named_error(tmp_path, text, error):
+    # Streamed (every size streams here), a document whose events array the scan cannot see or finish is read
+    # whole, and the general decoder names what is wrong.
+    path = tmp_path / "rank0.json"
+    path.write_text(text)
+    with pytest.raises(error, match="rank0.json"):
+        reader.read_tables(path, options=STREAMED)

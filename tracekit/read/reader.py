@@ -114,27 +114,27 @@ def read_tables(path: str | Path, default_rank: int | None = None,
             first = None  # the gzip module names what is wrong, below
         if first is not None and len(first) > options.chunk_above_bytes:
             return _read_streamed(path, EventStream(stream, path, first, options.chunk_events), default_rank,
-                                  host_ops, options)
-    data = load_bytes(path) if first is None else first
+                                  host_ops)
+    return _read_whole(path, load_bytes(path) if first is None else first, default_rank, host_ops)
+
+
+def _read_whole(path, data: bytes, default_rank, host_ops) -> RankTables:
+    """``read_tables`` of a whole document: the fast decoders, and what they refuse by the general one."""
     try:
         return _read(path, data, default_rank, host_ops, fast=True)
     except _Refused:
         return _read(path, data, default_rank, host_ops, fast=False)
 
 
-def _read_streamed(path, events: EventStream, default_rank, host_ops, options: ReadOptions) -> RankTables:
+def _read_streamed(path, events: EventStream, default_rank, host_ops) -> RankTables:
     """``read_tables`` of a large trace, a chunk at a time; what the fast decoders refuse is read again whole."""
     if not events.found:
-        return _read(path, events.document(), default_rank, host_ops, fast=True)
+        return _read_whole(path, events.document(), default_rank, host_ops)
     try:
         parts = collect_parts((_complete_events(chunk) for chunk in events.chunks()), host_ops)
         trace = FAST_DECODER.decode(events.trace_bytes())
     except (_Refused, ValueError):  # msgspec's errors are ValueErrors too
-        data = load_bytes(path)
-        try:
-            return _read(path, data, default_rank, host_ops, fast=True)
-        except _Refused:
-            return _read(path, data, default_rank, host_ops, fast=False)
+        return _read_whole(path, load_bytes(path), default_rank, host_ops)
     return _tables(path, trace, parts, default_rank)
 
 
