@@ -581,6 +581,23 @@ def test_compare_proposes_a_run_of_the_same_workload(tmp_path, monkeypatch):
         assert at.selectbox(key="compare_b").value == "sample_traces/resnet-gloo-2rank-accum2"
 
 
+def test_the_timeline_title_says_what_the_steps_are(tmp_path, monkeypatch):
+    from test_step_pattern import PROPS, _decode
+    from tracedata import write_trace
+
+    # A decode trace without ProfilerStep: its steps are the step[DECODE bs=16] annotations [1000 k, 1000 k + 1000),
+    # so the title's one-step measure (step 0, 1000 us) names them, not ProfilerStep.
+    write_trace(tmp_path / "runs" / "decode" / "rank-0.pt.trace.json.gz", _decode(), rank=0, world_size=1, **PROPS)
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(tmp_path / "runs")])
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params.update({"run": "runs/decode", "page": "timeline", "rank": "0"})
+    at.run()
+    no_exception(at)
+    title = figures(at)[0]["layout"]["title"]["text"]
+    assert title == (r"rank 0: 1.00 ms (step 0, rank 0's step time: from the start of one annotation matching "
+                     r"step\[.*\] to the next)")
+
+
 def test_the_timeline_names_cpu_threads(app):
     runs = [r for r in sample_run_names() if r == "resnet-gloo-2rank"]
     if not runs:

@@ -43,7 +43,8 @@ def test_a_clean_run_has_the_table_and_no_notes(tmp_path):
         {"rank": r, "device_evidence": "device events (kernel)", "device_events": 2, "device_events_absent": False,
          "pre_trace_events": 0, "pre_trace_device_us": 0.0, "unsized_ep_comm": 0, "dropped_events": 0,
          "unknown_categories": "",
-         "unknown_category_events": 0, "rank_source": "distributedInfo", "shapes_recorded": True,
+         "unknown_category_events": 0, "rank_source": "distributedInfo", "rank_out_of_range": "",
+         "shapes_recorded": True,
          "memory_events": 1, "device_peaks": "NVIDIA A100 SXM4 80GB", "graph_capture_calls": 0,
          "captured_steps": "", "held_back_findings": "", "step_source": "ProfilerStep",
          "missing_steps": ""} for r in (0, 1)]
@@ -99,8 +100,34 @@ def test_shapes_unknown_without_cpu_ops_and_one_file_rank(tmp_path):
         "rank 0: no steps (no ProfilerStep, no known step annotation; --step-pattern names one): metrics cover the "
         "whole trace, and per-step numbers, the critical path and what-if are unknown",
         "rank 0: no rank in the trace or its file name: taken as 0 (the only file)",
+        "rank 0: no CPU ops recorded (no cpu_op events; annotations such as ProfilerStep are not ops): the "
+        "operators' FLOPs cannot be counted, so FLOPs and MFU are unknown",
         "rank 0: no [memory] events (profile_memory was off): the memory tables are empty",
         "rank 0: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are unknown"]
+
+
+def test_a_rank_outside_its_world_size_is_flagged_and_kept(tmp_path):
+    # distributedInfo of a 2-rank job: one trace says rank -1 (negative), one rank 2 (not below world_size 2), one
+    # rank 1 (fine). The numbers stay as the traces state them; the two bad ones get the note, the good one none.
+    for name, r in (("a", -1), ("b", 2), ("c", 1)):
+        write_trace(tmp_path / f"{name}.json.gz", clean_rank(r), rank=r, world_size=2, **A100)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    assert dict(zip(s.data_quality["rank"], s.data_quality["rank_out_of_range"])) == {
+        -1: "negative", 1: "", 2: "not below its world_size 2"}
+    assert sorted(s.ranks["rank"]) == [-1, 1, 2]
+    why = ": suspicious, as ranks run 0..world_size-1 (a trace written outside the process group, or a mislabelled " \
+          "file); the number is used as stated"
+    assert quality.notes(s.data_quality) == [
+        "rank -1: distributedInfo gives a rank that is negative" + why,
+        "rank 2: distributedInfo gives a rank that is not below its world_size 2" + why]
+    assert f"rank 2: distributedInfo gives a rank that is not below its world_size 2{why}" in str(s)
+    # A rank from the file name is checked against distributedInfo's world_size too: worker4 of a 4-rank job.
+    write_trace(tmp_path / "named" / "worker4.json.gz", clean_rank(4), rank=None, **A100,
+                distributedInfo={"backend": "nccl", "world_size": 4})
+    q = tracekit.summarize(tmp_path / "named", cache=False).data_quality.iloc[0]
+    assert (q["rank"], q["rank_source"], q["rank_out_of_range"]) == (4, "file name", "not below its world_size 4")
+    assert "rank 4: the file name gives a rank that is not below its world_size 4" + why in quality.notes(
+        pd.DataFrame([q]))
 
 
 def test_same_note_on_several_ranks_is_one_line(tmp_path):

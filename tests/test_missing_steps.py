@@ -112,4 +112,4 @@ def test_the_slowest_rank_card_is_the_slowest_rank():
     assert ('<div class="label">slowest rank (mean step time)</div><div class="value">rank 0 (300.00 ms)</div>'
             in html)
     assert '<div class="label">most often last to collectives</div><div class="value">rank 1 (step time' in html
-    assert "a rank&#x27;s step: its ProfilerStep&#x27;s start to the next one&#x27;s" in html
+    assert "a rank&#x27;s step: from the start of one ProfilerStep to the next)" in html

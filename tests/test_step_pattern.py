@@ -149,3 +149,77 @@ def test_detected_steps_are_numbered_per_rank_and_never_called_missing(tmp_path)
     assert s.steps.groupby("rank")["step"].apply(list).to_dict() == {0: [0, 1, 2, 3], 1: [0, 1, 2]}
     assert (s.data_quality["missing_steps"] == "").all()
     assert any(n.startswith("ranks 0, 1:") and "time order" in n for n in notes(s.data_quality))
+
+
+def test_whatif_says_why_its_predictions_are_unknown(tmp_path, capsys):
+    import json
+
+    from tracekit.cli.main import main
+    from tracekit.predict.scenarios import SCENARIOS
+
+    # The decode trace without its step annotations: no steps (data_quality.step_source "none"), so every scenario is
+    # unknown, and the line under the table says why.
+    bare = tmp_path / "bare"
+    write_trace(bare / "rank-0.pt.trace.json.gz", _decode(annotate=False), rank=0, world_size=1, **PROPS)
+    flags = ["--no-cache", "--workers", "1"]
+    assert main(["whatif", str(bare), *flags]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1:] for line in lines[1:7]] == [["unknown"] * 4] * 6
+    assert lines[7:] == ["unknown: rank 0: no steps found in the trace (step_source: none); a what-if replay needs "
+                         "steps; see --step-pattern"]
+    # --json: the records keep their shape (all null), the reason goes to stderr.
+    assert main(["whatif", str(bare), "--json", *flags]) == 0
+    out = capsys.readouterr()
+    records = json.loads(out.out)
+    assert [r["scenario"] for r in records] == list(SCENARIOS)
+    assert all(set(r) == {"scenario", "step_time_us", "speedup", "saving_us", "saving_pct"} for r in records)
+    assert all(r["step_time_us"] is None for r in records)
+    assert ("tracekit: note: unknown: rank 0: no steps found in the trace (step_source: none); a what-if replay needs "
+            "steps; see --step-pattern") in out.err.splitlines()
+    # A step pattern that matches nothing: the reason is the source the Summary holds.
+    assert main(["whatif", str(bare), "--step-pattern", "decode_forward", *flags]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "unknown: rank 0: no steps found in the trace (step_source: none: step_pattern decode_forward matched no "
+        "annotation); a what-if replay needs steps; see --step-pattern")
+    # With its step[...] annotations every scenario is predicted (steps 1000 us, nothing to save but host time):
+    # nothing is unknown and no reason is printed.
+    steps = tmp_path / "steps"
+    write_trace(steps / "rank-0.pt.trace.json.gz", _decode(), rank=0, world_size=1, **PROPS)
+    assert main(["whatif", str(steps), *flags]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["baseline", "1.00", "1.00x", "0.00", "0.0"] and len(lines) == 7
+    assert "unknown" not in "\n".join(lines)
+
+
+def test_a_device_trace_without_kernels_says_why_only_the_baseline_is_known(tmp_path, capsys):
+    from tracekit.cli.main import main
+
+    # ProfilerSteps [0, 1000), [1000, 2000), [2000, 2010) and launches, but no kernel: a device rank whose device
+    # events were not collected (device_events_absent). The baseline is the host's 1000 us step; a change to the
+    # device work is unknown.
+    events = [cpu(f"ProfilerStep#{n}", t, d, cat="user_annotation") for n, t, d in ((1, 0, 1000), (2, 1000, 1000),
+                                                                                      (3, 2000, 10))]
+    events += [launch(20, 1), launch(1020, 2)]
+    write_trace(tmp_path / "rank0.json.gz", events, rank=0, world_size=1, **PROPS)
+    assert main(["whatif", str(tmp_path), "--no-cache", "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["baseline", "1.00", "1.00x", "0.00", "0.0"]
+    assert lines[-1] == ("unknown: rank 0: a device trace without device events (kernels not collected): what a "
+                         "change does to the device work is unknown, so every scenario but the baseline is")
+
+
+@pytest.mark.parametrize("pattern, label", [
+    (None, r"a rank's step: from the start of one annotation matching step\[.*\] to the next)"),
+    ("decode_forward", "a rank's step: from the start of one annotation matching decode_forward (step_pattern) to "
+                       "the next)"),
+    ("no_such_annotation", "a rank's step: none found (see Data quality))"),
+])
+def test_the_html_step_card_says_what_the_steps_are(tmp_path, pattern, label):
+    import html
+
+    from tracekit.render.report import html_report
+
+    run = _run(tmp_path, _decode(), step_pattern=pattern)
+    page = html_report(run)
+    assert html.escape(label) in page
+    assert "ProfilerStep" not in page.split('class="cards"')[1].split("</div></div></div>")[0]

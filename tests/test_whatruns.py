@@ -4,6 +4,7 @@ and the operator table against torch.profiler's own key_averages() on a real CPU
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -296,3 +297,88 @@ def test_a_kernel_belongs_to_the_op_around_its_launch_whatever_the_ids_say(tmp_p
     s = _gpu_run(tmp_path, events, deviceProperties=A100)
     ops = s.ops.set_index("name")
     assert ops.loc["aten::copy_", "device_self_us"] == 60 and ops.loc["aten::to", "device_self_us"] == 0
+
+
+H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_520_809_984, "computeMajor": 9}]
+NO_CPU_OPS = ("no CPU ops recorded (no cpu_op events; annotations such as ProfilerStep are not ops): the operators' "
+              "FLOPs cannot be counted, so FLOPs and MFU are unknown")
+
+
+def _annotated_gemms():
+    """Three 1 ms ProfilerStep annotations (user_annotation), each with a launch and an 800 us gemm kernel, and no
+    cpu_op at all (a trace whose operators were not recorded)."""
+    events = []
+    for k in (1, 2, 3):
+        t = (k - 1) * 1000
+        events += [step(k, t, 1000), launch(t + 20, correlation=k),
+                   kernel("sm90_gemm_bf16", t + 100, 800, correlation=k)]
+    return events
+
+
+def test_annotations_without_cpu_ops_have_unknown_flops_and_mfu(tmp_path):
+    """The ops table holds the three ProfilerStep annotations but no operator: no FLOPs can be counted, so every
+    step's matmul FLOPs, the rank's FLOPs per step and its MFU are unknown (NaN), not 0, and a note says why."""
+    from tracekit import quality
+    from tracekit.render.report import html_report
+
+    s = _gpu_run(tmp_path, _annotated_gemms(), deviceProperties=H100)
+    assert len(s.steps) == 3 and s.steps["matmul_flops"].isna().all() and s.steps["mfu_pct"].isna().all()
+    assert s.steps["matmul_at_peak_us"].isna().all()
+    assert math.isnan(s.ranks.loc[0, "matmul_flops_per_step"]) and math.isnan(s.ranks.loc[0, "mfu_pct"])
+    assert f"rank 0: {NO_CPU_OPS}" in quality.notes(s.data_quality)
+    text, page = str(s), html_report(s)
+    assert NO_CPU_OPS in text and "MFU" not in repr(s) and "GFLOP/step" not in text  # no 0 shown as a number
+    table = page[page.rfind("<table", 0, page.index("<th>mfu_pct</th>")):]
+    table = table[:table.index("</table>")]  # the HTML report's ranks table: one row, rank 0
+    heads, cells = re.findall(r"<th>(.*?)</th>", table), re.findall(r"<td>(.*?)</td>", table)
+    row = dict(zip(heads[-len(cells):], cells))
+    assert (row["matmul_flops_per_step"], row["mfu_pct"]) == ("unknown", "unknown")
+
+
+@pytest.mark.parametrize("cat", ["cpu_op", "Operator"])  # today's category, and older Kineto's name for it
+def test_one_mm_beside_the_annotations_counts_its_flops_by_hand(tmp_path, cat):
+    """Rank 0: the same trace with one bf16 aten::mm [M, K] x [K, N] = [512, 1024] x [1024, 256] in step 1, which
+    launches step 1's gemm. Its FLOPs: 2 * M * N * K = 2 * 512 * 256 * 1024 = 268,435,456. Step 2 runs no op: a
+    known 0. Window (drop_last): steps 1 and 2, so FLOPs per step = 268,435,456 / 2 = 134,217,728, and MFU =
+    (268,435,456 / 989.4e12 s at the H100 SXM5's dense bf16 peak = 0.2713 us) / 2000 us x 100 = 0.01357%.
+    Rank 1: the annotations only, unknown (NaN), and the text report says so beside rank 0's numbers."""
+    m, k, n = 512, 1024, 256
+    flops = 2 * m * n * k
+    assert flops == 268_435_456
+    mm = cpu("aten::mm", 30, 40, cat=cat, **{"External id": 11, "Input Dims": [[m, k], [k, n]],
+                                             "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+    events = _annotated_gemms()
+    events[1] = {**events[1], "ts": 40, "args": {**events[1]["args"], "External id": 11}}  # inside the mm
+    events[2] = {**events[2], "args": {**events[2]["args"], "External id": 11}}
+    write_trace(tmp_path / "rank-0.json.gz", [mm, *events], rank=0, world_size=2, deviceProperties=H100)
+    write_trace(tmp_path / "rank-1.json.gz", _annotated_gemms(), rank=1, world_size=2, deviceProperties=H100)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    op = s.ops[s.ops["rank"] == 0].set_index("name").loc["aten::mm"]
+    assert op["flops"] == flops and op["counted_flops"] == flops and op["device_self_us"] == 800
+    steps = s.steps.set_index(["rank", "step"])
+    assert steps.loc[(0, 1), "matmul_flops"] == flops and steps.loc[(0, 2), "matmul_flops"] == 0
+    assert steps.loc[(0, 1), "matmul_at_peak_us"] == pytest.approx(flops / 989.4e12 * 1e6)
+    ranks = s.ranks.set_index("rank")
+    assert ranks.loc[0, "matmul_flops_per_step"] == flops / 2
+    assert ranks.loc[0, "mfu_pct"] == pytest.approx(flops / 989.4e12 / 2000e-6 * 100)
+    assert math.isnan(ranks.loc[1, "matmul_flops_per_step"]) and math.isnan(ranks.loc[1, "mfu_pct"])
+    table = str(s).split("Matmul FLOPs and MFU per rank")[1].split("\n\n")[0].splitlines()
+    assert table[2].split()[-3:] == ["0.13", "0.13", "0.0"]  # rank 0: 0.134 GFLOP in each 1 ms step: 0.134 TFLOPS/s
+    assert table[3].split()[-3:] == ["unknown"] * 3  # rank 1
+
+
+def test_a_step_without_matmul_on_an_unknown_device_has_unknown_mfu_not_0(tmp_path):
+    """The same rank 0 with no deviceProperties: its peaks are unknown. Step 1's mm still counts 268,435,456 FLOPs
+    and step 2 a known 0 FLOPs, but the time at peak of both steps is unknown, so both steps' MFU and the rank's are
+    NaN: a step with no matmul on a device whose peak is unknown is not 0% of that peak (it was 0 before)."""
+    mm = cpu("aten::mm", 30, 40, **{"External id": 11, "Input Dims": [[512, 1024], [1024, 256]],
+                                    "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+    events = _annotated_gemms()
+    events[1] = {**events[1], "ts": 40, "args": {**events[1]["args"], "External id": 11}}
+    events[2] = {**events[2], "args": {**events[2]["args"], "External id": 11}}
+    write_trace(tmp_path / "rank-0.json.gz", [mm, *events], rank=0, world_size=1)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    steps = s.steps.set_index("step")
+    assert steps.loc[1, "matmul_flops"] == 268_435_456 and steps.loc[2, "matmul_flops"] == 0
+    assert steps["matmul_at_peak_us"].isna().all() and steps["mfu_pct"].isna().all()
+    assert s.ranks.loc[0, "matmul_flops_per_step"] == 268_435_456 / 2 and math.isnan(s.ranks.loc[0, "mfu_pct"])

@@ -49,8 +49,20 @@ def count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
 
 def _thread_codes(first, second) -> tuple[int, np.ndarray]:
     """(threads, a code per element of ``first`` then ``second``): equal codes for equal text (``str`` of each value),
-    by hashing, without converting every element to text."""
-    values = np.concatenate([np.asarray(first, dtype=object), np.asarray(second, dtype=object)])
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    text_codes, threads = pd.factorize(np.array([str(u) for u in uniques], dtype=object))
-    return len(threads), text_codes[codes] if len(codes) else codes.astype(np.int64)
+    by hashing, without converting every element to text; a categorical's codes are used as they are."""
+    (c1, labels1), (c2, labels2) = _coded(first), _coded(second)
+    text_codes, threads = pd.factorize(np.array(labels1 + labels2, dtype=object))
+    codes = np.concatenate([text_codes[:len(labels1)][c1], text_codes[len(labels1):][c2]]).astype(np.int64)
+    return len(threads), codes
+
+
+def _coded(values) -> tuple[np.ndarray, list[str]]:
+    """(a code per value, the text of each code)."""
+    if isinstance(values, (pd.Series, pd.Index)):
+        values = values.array
+    if isinstance(values, pd.Categorical):
+        codes = values.codes.astype(np.int64)
+        labels = [str(c) for c in values.categories] + ["nan"]  # a missing value: code -1, the last label
+        return np.where(codes < 0, len(labels) - 1, codes), labels
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+    return codes.astype(np.int64), [str(u) for u in uniques]

@@ -31,6 +31,52 @@ def capture_notes(data_quality: pd.DataFrame) -> list[str]:
     return _grouped(data_quality, _capture_notes)
 
 
+def whatif_notes(data_quality: pd.DataFrame) -> list[str]:
+    """Why ``tracekit.whatif`` predicts ``unknown``, from the facts the table holds (ranks without steps, device
+    ranks whose kernels were not collected), one line per distinct reason naming its ranks; empty: no such fact.
+
+    Example:
+      >>> whatif_notes(pd.DataFrame({"rank": [0], "step_source": ["none"]}))
+      ['rank 0: no steps found in the trace (step_source: none); a what-if replay needs steps; see --step-pattern']
+    """
+    return _grouped(data_quality, _whatif_notes)
+
+
+def _whatif_notes(row: dict) -> list[str]:
+    source = str(row.get("step_source") or "")
+    out = []
+    if source == "none" or source.startswith("none: "):
+        out.append(f"no steps found in the trace (step_source: {source}); a what-if replay needs steps; "
+                   "see --step-pattern")
+    if row.get("device_events_absent") is True:
+        out.append("a device trace without device events (kernels not collected): what a change does to the "
+                   "device work is unknown, so every scenario but the baseline is")
+    return out
+
+
+def step_kind(data_quality: pd.DataFrame, rank: int | None = None) -> str:
+    """What the steps are, in words, from ``data_quality.step_source`` (of ``rank``; None: of every rank, distinct
+    ones joined by ' or '): 'ProfilerStep', 'annotation matching <regex>' (found, or named by step_pattern), or ''
+    when there are none.
+
+    Example:
+      >>> step_kind(pd.DataFrame({"rank": [0, 1], "step_source": ["ProfilerStep", "detected: execute_model"]}))
+      'ProfilerStep or annotation matching execute_model'
+    """
+    rows = data_quality if rank is None else data_quality[data_quality["rank"] == rank]
+    kinds = []
+    for source in (rows["step_source"].dropna().astype(str) if "step_source" in rows else ()):
+        if source.startswith("detected: "):
+            kind = "annotation matching " + source.removeprefix("detected: ")
+        elif source.startswith("step_pattern: "):
+            kind = f"annotation matching {source.removeprefix('step_pattern: ')} (step_pattern)"
+        else:
+            kind = "" if source.startswith("none") else source  # "ProfilerStep"
+        if kind and kind not in kinds:
+            kinds.append(kind)
+    return " or ".join(kinds)
+
+
 def _grouped(data_quality: pd.DataFrame, row_notes) -> list[str]:
     by_note: dict[str, list[int]] = {}
     for row in data_quality.to_dict("records"):
@@ -98,8 +144,16 @@ def _row_notes(row: dict) -> list[str]:
         out.append("rank taken from the file name (the trace has no distributedInfo.rank)")
     elif row.get("rank_source") == "only file":
         out.append("no rank in the trace or its file name: taken as 0 (the only file)")
+    if row.get("rank_out_of_range"):
+        source = row.get("rank_source") or "the trace"
+        out.append(f"{source if source == 'distributedInfo' else 'the ' + source} gives a rank that is "
+                   f"{row['rank_out_of_range']}: suspicious, as ranks run 0..world_size-1 (a trace written outside "
+                   "the process group, or a mislabelled file); the number is used as stated")
     if row.get("shapes_recorded") is False:
         out.append("record_shapes was off: sizes that only Input Dims give are unknown, and so are FLOPs and MFU")
+    elif "shapes_recorded" in row and pd.isna(row["shapes_recorded"]):  # missing: the trace has no CPU op
+        out.append("no CPU ops recorded (no cpu_op events; annotations such as ProfilerStep are not ops): the "
+                   "operators' FLOPs cannot be counted, so FLOPs and MFU are unknown")
     if row.get("memory_events") == 0:
         out.append("no [memory] events (profile_memory was off): the memory tables are empty")
     if str(row.get("device_peaks") or "").startswith("unknown"):

@@ -126,7 +126,7 @@ STEP_COLUMNS = {
     "comm_us": "all communication in the step",
     "in_window": "whether the step is in the metrics' window",
     "matmul_flops": "FLOPs of the step's innermost matmul-class ops, from their shapes (tracekit.events.ops); NaN "
-                    "when some are unknown",
+                    "when some are unknown or the rank recorded no CPU op (annotations only)",
     "matmul_at_peak_us": "the time those FLOPs take at the device's dense peak for each op's dtype",
     "mfu_pct": "model FLOPs utilisation: matmul_at_peak_us / step_us x 100 (NaN: unknown device or FLOPs)",
 }
@@ -165,8 +165,10 @@ DATA_QUALITY_COLUMNS = {
                           "their events are read as host events",
     "unknown_category_events": "events of those categories",
     "rank_source": "where the rank came from: distributedInfo, file name, or only file (a single trace, rank 0)",
+    "rank_out_of_range": "'negative' or 'not below its world_size N' (distributedInfo's) when the rank lies outside "
+                         "0..world_size-1: suspicious, still used as stated; '' when it lies inside or can't be checked",
     "shapes_recorded": "CPU ops carry Input Dims (record_shapes=True); False: sizes that need them are unknown; "
-                       "missing when the trace has no CPU op",
+                       "missing when the trace has no CPU op (annotations are not ops): FLOPs and MFU unknown",
     "memory_events": "profile_memory's [memory] events in the trace (0: profile_memory was off)",
     "device_peaks": "the datasheet entry the device matched (tracekit.devices), 'unknown: <name>' when none, "
                     "'' on a CPU-only rank",

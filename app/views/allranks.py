@@ -11,7 +11,7 @@ s = ctx.summary
 state.header("All ranks", ctx)
 first = charts_run.default_step(s)
 if first is None:
-    st.info("This run has no ProfilerStep annotations: there is no step to draw.")
+    st.info("This run has no steps (the Overview's data quality says why): there is no step to draw.")
     st.stop()
 numbers = sorted(int(n) for n in s.steps["step"].unique())
 if st.session_state.get("allranks_step") not in numbers:

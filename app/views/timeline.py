@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import loader, state
+from tracekit import quality
 from tracekit.render import timeline
 
 WIDTH_PX = 1400
@@ -57,7 +58,7 @@ if len(steps):
     span = steps[(steps["step"] >= first) & (steps["step"] <= last)]
     t0, t1 = float(span["start_us"].min()), float((span["start_us"] + span["step_us"]).max())
 else:
-    st.caption("This trace has no ProfilerStep annotations: the whole trace is shown.")
+    st.caption("This rank has no steps (the Overview's data quality says why): the whole trace is shown.")
     t0, t1 = float(events["start_us"].min()), float((events["start_us"] + events["dur_us"]).max())
 
 t0, t1 = st.session_state.get(WINDOW, (t0, t1))
@@ -65,7 +66,8 @@ drawn = timeline.bars(pd.concat([events, timeline.gap_lane(gaps)], ignore_index=
 if WINDOW in st.session_state or steps.empty:
     measured = "in view"
 elif first == last:
-    measured = f"step {first}, rank {ctx.rank}'s step time: its ProfilerStep's start to the next one's"
+    measured = (f"step {first}, rank {ctx.rank}'s step time: from the start of one "
+                f"{quality.step_kind(s.data_quality, ctx.rank) or 'step'} to the next")
 else:
     measured = f"steps {first}-{last}, rank {ctx.rank}'s: the first one's start to the end of the last"
 fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {(t1 - t0) / 1e3:,.2f} ms ({measured})",

@@ -12,7 +12,7 @@ import sys
 import msgspec
 import pandas as pd
 
-from tracekit import fmt
+from tracekit import fmt, quality
 from tracekit.api import summarize
 from tracekit.cli.options import add_json_options, add_scale_options, add_window_option, as_json, fail, scale_options
 
@@ -41,15 +41,19 @@ def whatif(args) -> int:
     from tracekit.predict.scenarios import SCENARIOS, whatif as predict
 
     try:
-        table = predict(summarize(args.trace_dir, window=args.window, **scale_options(args)),
-                        scenarios=args.scenario or SCENARIOS)
+        summary = summarize(args.trace_dir, window=args.window, **scale_options(args))
+        table = predict(summary, scenarios=args.scenario or SCENARIOS)
     except ValueError as err:
         return fail(str(err))
-    if args.json:
+    # Why a prediction is unknown, from the Summary's data quality (nothing said where it knows no reason).
+    why = quality.whatif_notes(summary.data_quality) if table["step_time_us"].isna().any() else []
+    if args.json:  # the records keep their shape: the reason goes to stderr
         sys.stdout.write(as_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
                                                    .to_dict("records")).decode(), args.indent))
+        for line in why:
+            print(f"tracekit: note: unknown: {line}", file=sys.stderr)
     else:
-        sys.stdout.write(text_table(table) + "\n")
+        sys.stdout.write(text_table(table) + "\n" + "".join(f"unknown: {line}\n" for line in why))
     return 0
 
 

@@ -24,6 +24,7 @@ import pandas as pd
 from tracekit import intervals as iv
 from tracekit.events.graphs import GRAPH_LAUNCH, runtime_calls
 from tracekit.read.categories import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
+from tracekit.read.coded import distinct
 from tracekit.commnames import HOST_COMM_PREFIXES
 
 # The one order of the causes: the Summary's idle_<cause>_us columns, the charts' stacks and compare's rows follow it.
@@ -107,7 +108,7 @@ def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.Data
     sync = sync[runtime] if runtime.any() else sync.iloc[0:0]
     compute = dev[dev["kind"] == "compute"]
     names = compute["name"]
-    reduced = names.isin([n for n in pd.unique(names.to_numpy()) if REDUCED_PRECISION.search(str(n)) is not None])
+    reduced = names.isin([n for n in distinct(names) if REDUCED_PRECISION.search(str(n)) is not None])
     compute_sets = iv.merge(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
     reduced_sets = iv.merge(compute.loc[reduced.astype(bool), "start_ns"].to_numpy(),
                             compute.loc[reduced.astype(bool), "end_ns"].to_numpy())
@@ -149,7 +150,7 @@ def _runtime(events: pd.DataFrame) -> str | None:
     device categories; None when the trace has none."""
     if events["cat"].isin(["mtia_runtime", "mtia_ccp_events"]).any():
         return "mtia"
-    calls = [str(n) for n in pd.unique(events.loc[events["cat"] == "cuda_runtime", "name"].to_numpy())]
+    calls = [str(n) for n in distinct(events.loc[events["cat"] == "cuda_runtime", "name"])]
     if any(n.startswith("hip") for n in calls):
         return "hip"
     return "cuda" if any(n.startswith("cuda") for n in calls) else None

@@ -23,30 +23,45 @@ def kernel_table(events: pd.DataFrame, window_device: pd.DataFrame) -> pd.DataFr
     dev = events[events["cat"].isin(DEVICE_CATEGORIES).to_numpy() & (events["dur_ns"].to_numpy() >= 0)]
     if dev.empty:
         return pd.DataFrame(columns=_OWN)
-    every = pd.DataFrame({"rank": dev["rank"].to_numpy(), "name": dev["name"].astype(str).to_numpy(),
-                          "kind": dev["kind"].astype(object).to_numpy(), "stream": dev["stream"].to_numpy(),
-                          "us": dev["dur_ns"].to_numpy() / 1e3, "pre_trace": dev["pre_trace"].to_numpy()})
-    grouped = every.groupby(["rank", "name"], sort=False)
+    # Grouped by the name's code, not its text (no string per event); an event without a name has no row.
+    names = dev["name"].cat.categories
+    code = dev["name"].cat.codes.to_numpy().astype(np.int64)
+    named = code >= 0
+    kind = dev["kind"].astype("category")
+    every = pd.DataFrame({"rank": dev["rank"].to_numpy()[named], "code": code[named],
+                          "kind": kind.cat.codes.to_numpy()[named], "stream": dev["stream"].to_numpy()[named],
+                          "us": dev["dur_ns"].to_numpy()[named] / 1e3, "pre_trace": dev["pre_trace"].to_numpy()[named]})
+    grouped = every.groupby(["rank", "code"], sort=False)
     out = grouped["us"].agg(trace_calls="size", trace_us="sum").reset_index()
-    key = pd.MultiIndex.from_frame(out[["rank", "name"]])
-    # A name's kind is what its classified events are; events launched before the trace have none of their own.
-    kind = every.dropna(subset=["kind"]).groupby(["rank", "name"])["kind"].agg(lambda k: k.mode().iloc[0])
-    out["kind"] = kind.reindex(key).fillna("unknown").to_numpy()
+    key = pd.MultiIndex.from_frame(out[["rank", "code"]])
+    out["kind"] = _kinds(every, kind.cat.categories).reindex(key).fillna("unknown").to_numpy()
     out["streams"] = grouped["stream"].nunique().to_numpy()
     out["pre_trace_calls"] = grouped["pre_trace"].sum().astype(np.int64).to_numpy()
-    window = pd.DataFrame({"rank": window_device["rank"].to_numpy(), "name": window_device["name"].astype(str),
+    window_code = pd.Categorical(window_device["name"], categories=names).codes.astype(np.int64)
+    window = pd.DataFrame({"rank": window_device["rank"].to_numpy(), "code": window_code,
                            "us": (window_device["end_ns"] - window_device["start_ns"]).to_numpy() / 1e3})
-    stats = window.groupby(["rank", "name"])["us"].agg(calls="size", total_us="sum", mean_us="mean", min_us="min",
-                                                       max_us="max", std_us="std").reindex(key)
+    stats = window[window_code >= 0].groupby(["rank", "code"])["us"].agg(
+        calls="size", total_us="sum", mean_us="mean", min_us="min", max_us="max", std_us="std").reindex(key)
     stats["calls"] = stats["calls"].fillna(0).astype(np.int64)
     stats["total_us"] = stats["total_us"].fillna(0.0)
     # One call: 0, as HolisticTraceAnalysis fills it; none in the window: no spread to speak of (NaN).
     stats["std_us"] = np.where(stats["calls"] == 1, 0.0, stats["std_us"])
+    out.insert(1, "name", pd.array(names.astype(str)[out["code"].to_numpy()], dtype=str))
+    out = out.drop(columns="code")
     out = pd.concat([out, stats.reset_index(drop=True)], axis=1)
     kind_total = out.groupby(["rank", "kind"])["total_us"].transform("sum")
     out["kind_share_pct"] = np.where(kind_total > 0, out["total_us"] / kind_total * 100, np.nan)
     out = out.sort_values(["rank", "total_us", "trace_us"], ascending=[True, False, False], ignore_index=True)
     return out[_OWN]
+
+
+def _kinds(every: pd.DataFrame, kinds: pd.Index) -> pd.Series:
+    """Per (rank, code): a name's kind, the one most of its classified events have (ties: the first in text order,
+    as ``Series.mode`` orders them); events launched before the trace have none of their own."""
+    counts = every[every["kind"].to_numpy() >= 0].groupby(["rank", "code", "kind"]).size().reset_index(name="n")
+    counts["text"] = np.asarray(kinds, dtype=object)[counts["kind"].to_numpy()]
+    counts = counts.sort_values(["rank", "code", "n", "text"], ascending=[True, True, False, True])
+    return counts.drop_duplicates(["rank", "code"]).set_index(["rank", "code"])["text"]
 
 
 def rank_spread(kernels: pd.DataFrame) -> pd.DataFrame:

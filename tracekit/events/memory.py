@@ -84,8 +84,7 @@ def _innermost_op(events: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     from tracekit.nesting import innermost
 
     valid = ops[ops["dur_ns"] >= 0]
-    hit = innermost(events["tid"].astype(str).to_numpy(), events["ts_ns"].to_numpy(),
-                    valid["tid"].astype(str).to_numpy(), valid["ts_ns"].to_numpy(),
+    hit = innermost(events["tid"], events["ts_ns"].to_numpy(), valid["tid"], valid["ts_ns"].to_numpy(),
                     (valid["ts_ns"] + valid["dur_ns"]).to_numpy())
     names = valid["name"].astype(str).to_numpy()
     return np.where(hit >= 0, names[np.maximum(hit, 0)], "(no op)")

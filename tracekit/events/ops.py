@@ -9,7 +9,8 @@ events (for the kernels each op launched), the rank's steps, and the device's pe
   launch call's, names the op); device_us: its own and its descendants' (the TensorBoard plugin's device total).
 - flops, bytes: per call from the recorded shapes (``tracekit.events.flops``), summed; ``counted_flops`` only for
   the innermost matmul-class op of a call tree (a linear's addmm, not the linear too), which is what the run's
-  FLOPs and MFU add up.
+  FLOPs and MFU add up. A step no op started in has 0 FLOPs; a rank whose ops table holds annotations only (no
+  ``cpu_op``) has unknown (NaN) FLOPs in every step: no operator was recorded to count.
 - achieved_tflops, achieved_gbps: from the op's device time on a device rank, its host time on a CPU-only rank.
 - roofline_us = max(flops / peak at its dtype, bytes / memory bandwidth); pct_of_roofline = roofline / measured
   time x 100 (TraceLens' "Pct Roofline"). NaN for an unknown device, dtype or shape.
@@ -32,10 +33,10 @@ _KEY = ["name", "input_dims", "input_type"]
 
 
 def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, window: pd.DataFrame,
-              peaks: devices.DevicePeaks | None, device_rank: bool) -> tuple[pd.DataFrame, ...]:
+              peaks: devices.DevicePeaks | None, device_rank: bool, launched=None) -> tuple[pd.DataFrame, ...]:
     """(ops by name and shapes, ops by name, FLOPs per step, ops per window step) of one rank. ``steps``: its step table (step,
-    start_ns, end_ns); ``window``: the steps its metrics cover."""
-    ops = ops[ops["dur_ns"].to_numpy() >= 0].reset_index(drop=True)
+    start_ns, end_ns); ``window``: the steps its metrics cover; ``launched``: ``launches(ops, events)`` when known."""
+    ops = usable(ops)
     if ops.empty:
         return (pd.DataFrame(columns=list(OP_SHAPE_COLUMNS)), pd.DataFrame(columns=list(OP_COLUMNS)),
                 pd.DataFrame(columns=list(STEP_FLOP_COLUMNS)), pd.DataFrame(columns=list(OP_STEP_COLUMNS)))
@@ -45,9 +46,9 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     child = np.zeros(len(ops))
     has_parent = parent >= 0
     np.add.at(child, parent[has_parent], dur[has_parent])
-    device_self = _device_self(ops, events) if device_rank else np.full(len(ops), np.nan)
+    device_self = _device_self(ops, launched or launches(ops, events)) if device_rank else np.full(len(ops), np.nan)
     cost = _costs(ops)
-    flops = cost["flops"].to_numpy()
+    flops = cost["flops"]
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
     matmul = matmul_name & np.isfinite(flops)
     innermost = ~has_marked_descendant(matmul, parent, depth)
@@ -58,19 +59,25 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     in_window = np.isin(step, window["step"].to_numpy()) if len(steps) else np.ones(len(ops), dtype=bool)
     per_call = ops[["rank", *_KEY]].assign(
         calls=1, host_self_us=(dur - child) / 1e3, host_total_us=dur / 1e3, device_self_us=device_self / 1e3,
-        device_us=subtree_sums(device_self, parent, depth) / 1e3, flops=flops, bytes=cost["bytes"].to_numpy(),
+        device_us=subtree_sums(device_self, parent, depth) / 1e3, flops=flops, bytes=cost["bytes"],
         counted_flops=counted, window_counted_flops=np.where(in_window, counted, 0.0),
-        flops_arg=ops["flops_arg"].to_numpy(), kind=cost["kind"].to_numpy(), dtype=cost["dtype"].to_numpy())
+        flops_arg=ops["flops_arg"].to_numpy(), kind=cost["kind"], dtype=cost["dtype"])
     by_shape = _grouped(per_call, ["rank", *_KEY], peaks, device_rank)
     by_name = _grouped(per_call.drop(columns=["input_dims", "input_type"]), ["rank", "name"], peaks, device_rank)
     peak = _per_value(per_call["dtype"], lambda d: devices.peak_tflops(peaks, devices.dtype_key(d))) * 1e12
+    # Time at peak: unknown for every op of a rank whose device's peaks are unknown (a CPU rank, an unnamed device),
+    # even one with no FLOPs, so that its MFU is unknown, not 0.
+    at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
     flop_steps = pd.DataFrame({"rank": ops["rank"].to_numpy(), "step": step,
                                "matmul_flops": np.where(unknown, np.nan, counted),
-                               "matmul_at_peak_us": np.where(unknown, np.nan, np.where(counted > 0, counted / peak * 1e6,
-                                                                                      0.0))})
+                               "matmul_at_peak_us": np.where(unknown, np.nan, at_peak)})
     # One unknown makes the step's sum unknown.
     flop_steps = _sums(flop_steps[flop_steps["step"] >= 0], ["rank", "step"], [], ["matmul_flops", "matmul_at_peak_us"])
-    windowed = per_call[in_window & (step >= 0)].assign(step=step[in_window & (step >= 0)])
+    flop_steps = _every_step(flop_steps, steps, int(ops["rank"].iloc[0]), bool(ops["cpu_op"].any()),
+                             peaks is not None)
+    stepped = in_window & (step >= 0)
+    windowed = per_call.loc[stepped, ["rank", "name", "calls", "host_self_us", "device_self_us"]].assign(
+        step=step[stepped])
     op_steps = _sums(windowed, ["rank", "step", "name"], ["calls", "host_self_us"], ["device_self_us"])
     return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
             op_steps[list(OP_STEP_COLUMNS)])
@@ -88,14 +95,21 @@ def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
     return {"matmul_device_us": float(time.sum()), "matmul_reduced_us": float(time[reduced].sum())}
 
 
-def _costs(ops: pd.DataFrame) -> pd.DataFrame:
-    """op_cost of every op, computed once per distinct (name, Input Dims, Input type, Concrete Inputs)."""
+def _costs(ops: pd.DataFrame) -> dict[str, np.ndarray]:
+    """op_cost of every op (flops, bytes, kind, dtype arrays), computed once per distinct (name, Input Dims, Input
+    type, Concrete Inputs): the distinct rows are found from the columns' codes, with no object per op."""
     key = ["name", "input_dims", "input_type", "concrete_inputs"]
-    distinct = ops[key].drop_duplicates().reset_index(drop=True)
+    combined = np.zeros(len(ops), dtype=np.int64)
+    for col in key:  # one code per distinct tuple so far, then the next column's code within it (NaN: code -1)
+        codes = ops[col].astype("category").cat.codes.to_numpy().astype(np.int64) + 1
+        combined = pd.factorize(combined * (int(codes.max(initial=0)) + 1) + codes)[0].astype(np.int64)
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    distinct = ops[key].iloc[first]
     rows = [op_cost(str(n), _decoded(d), _decoded(t), _decoded(c)) for n, d, t, c in distinct.itertuples(index=False)]
-    distinct = distinct.assign(flops=[r.flops for r in rows], bytes=[r.bytes for r in rows],
-                               kind=[r.kind for r in rows], dtype=[r.dtype for r in rows])
-    return ops[key].merge(distinct, on=key, how="left")
+    columns = {"flops": [r.flops for r in rows], "bytes": [r.bytes for r in rows], "kind": [r.kind for r in rows],
+               "dtype": [r.dtype for r in rows]}
+    return {c: pd.Series(v, dtype=np.float64 if c in ("flops", "bytes") else None).to_numpy()[inverse]
+            for c, v in columns.items()}
 
 
 def _decoded(text) -> list | None:
@@ -103,8 +117,13 @@ def _decoded(text) -> list | None:
     return decode_raw(text.encode(), list) if isinstance(text, str) else None
 
 
-def _launching_op(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """(device events, the row in ``ops`` of the op that launched each, -1 when unknown).
+def usable(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops with a usable duration, numbered from 0: the rows ``launches`` and the op tables count."""
+    return ops[ops["dur_ns"].to_numpy() >= 0].reset_index(drop=True)
+
+
+def launches(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """(device events, the row in ``usable(ops)`` of the op that launched each, -1 when unknown).
 
     Where the launch call is known (its correlation), the launching op is the innermost op around that call on its
     thread: what the profiler's own tree says, in every Kineto era (older ones give launch calls an External id that
@@ -112,14 +131,14 @@ def _launching_op(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame
     device event's own."""
     from tracekit.nesting import innermost
 
+    ops = usable(ops)
     dev = events[events["kind"].notna().to_numpy() & (events["dur_ns"].to_numpy() >= 0)]
     launch_row = dev["launch_row"].to_numpy() if "launch_row" in dev else np.full(len(dev), -1)
     launched = launch_row >= 0
     rows = np.full(len(dev), -1, dtype=np.int64)
     if launched.any():
         calls = events.iloc[launch_row[launched]]
-        rows[launched] = innermost(calls["tid"].astype(str).to_numpy(), calls["ts_ns"].to_numpy(),
-                                   ops["tid"].astype(str).to_numpy(), ops["ts_ns"].to_numpy(),
+        rows[launched] = innermost(calls["tid"], calls["ts_ns"].to_numpy(), ops["tid"], ops["ts_ns"].to_numpy(),
                                    (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
     own = ops["external_id"].to_numpy()
     ext = dev["external_id"].to_numpy()
@@ -129,27 +148,52 @@ def _launching_op(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame
     return dev, np.where(launched, rows, by_id)
 
 
-def _device_self(ops: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
-    """Per op: the total duration (ns) of the device events it launched."""
-    dev, row = _launching_op(ops, events)
+def _device_self(ops: pd.DataFrame, launched: tuple[pd.DataFrame, np.ndarray]) -> np.ndarray:
+    """Per op: the total duration (ns) of the device events it launched (``launched``: ``launches``)."""
+    dev, row = launched
     out = np.zeros(len(ops))
     known = row >= 0
     np.add.at(out, row[known], dev["dur_ns"].to_numpy(dtype=np.float64)[known])
     return out
 
 
-def kernel_ops(ops: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    """Per device event name of a rank, the op that launched most of its time (rank, kernel, op)."""
-    ops = ops[ops["dur_ns"].to_numpy() >= 0].reset_index(drop=True)
+def kernel_ops(ops: pd.DataFrame, events: pd.DataFrame, launched=None) -> pd.DataFrame:
+    """Per device event name of a rank, the op that launched most of its time (rank, kernel, op); ``launched``:
+    ``launches(ops, events)`` when known."""
+    ops = usable(ops)
     if ops.empty:
         return pd.DataFrame(columns=["rank", "kernel", "op"])
-    dev, row = _launching_op(ops, events)
+    dev, row = launched or launches(ops, events)
     known = row >= 0
-    frame = pd.DataFrame({"rank": dev["rank"].to_numpy()[known], "kernel": dev["name"].astype(str).to_numpy()[known],
-                          "op": ops["name"].astype(str).to_numpy()[row[known]],
-                          "ns": dev["dur_ns"].to_numpy()[known]})
-    totals = frame.groupby(["rank", "kernel", "op"], as_index=False)["ns"].sum()
+    kernel, op = dev["name"].astype("category"), ops["name"].astype("category")
+    # Summed by the names' codes (no string per event), then named and put in the names' text order.
+    frame = pd.DataFrame({"rank": dev["rank"].to_numpy()[known], "kernel": kernel.cat.codes.to_numpy()[known],
+                          "op": op.cat.codes.to_numpy()[row[known]], "ns": dev["dur_ns"].to_numpy()[known]})
+    totals = frame[(frame["kernel"] >= 0).to_numpy() & (frame["op"] >= 0).to_numpy()].groupby(
+        ["rank", "kernel", "op"], as_index=False)["ns"].sum()
+    for col, names in (("kernel", kernel), ("op", op)):
+        totals[col] = np.asarray(names.cat.categories.astype(str), dtype=object)[totals[col].to_numpy()]
+    totals = totals.sort_values(["rank", "kernel", "op"], kind="stable", ignore_index=True)
     return totals.sort_values("ns", ascending=False).drop_duplicates(["rank", "kernel"])[["rank", "kernel", "op"]]
+
+
+def _every_step(flop_steps: pd.DataFrame, steps: pd.DataFrame, rank: int, operators: bool,
+                peaks_known: bool) -> pd.DataFrame:
+    """FLOPs per step for every step of the rank. With operators (``cpu_op`` rows) recorded, a step none started in
+    has a known 0 FLOPs (and 0 us at peak where the device's peaks are known, else unknown); with annotations only
+    (``ProfilerStep#N``, ``record_function``), no operator was recorded, so every step's FLOPs are unknown (NaN),
+    not 0."""
+    every = pd.DataFrame({"rank": rank, "step": pd.unique(steps["step"]) if len(steps) else []})
+    key = {"rank": np.int64, "step": np.int64}
+    out = every.astype(key).merge(flop_steps.astype(key), on=["rank", "step"], how="left", indicator=True)
+    values = ["matmul_flops", "matmul_at_peak_us"]
+    if operators:
+        none = (out["_merge"] == "left_only").to_numpy()
+        out.loc[none, "matmul_flops"] = 0.0
+        out.loc[none, "matmul_at_peak_us"] = 0.0 if peaks_known else np.nan
+    else:
+        out[values] = np.nan
+    return out.drop(columns="_merge").astype({c: float for c in values})
 
 
 def _step_of(start: np.ndarray, steps: pd.DataFrame) -> np.ndarray:

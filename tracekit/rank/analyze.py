@@ -127,7 +127,12 @@ def trains(events: pd.DataFrame, ops: pd.DataFrame | None) -> bool:
     leave most CPU ops out; ``ops`` has them all). False: forward only (inference, an evaluation loop)."""
     names = set(events["name"].cat.categories.astype(str))
     if ops is not None and len(ops):
-        names.update(pd.unique(ops["name"].astype(str)))
+        col = ops["name"]
+        if isinstance(col.dtype, pd.CategoricalDtype):  # the reader's: the names that occur, without a string per op
+            codes = col.cat.codes.to_numpy()
+            names.update(col.cat.categories[np.unique(codes[codes >= 0])].astype(str))
+        else:
+            names.update(pd.unique(col.astype(str)))
     return any(TRAINING_OP.search(n) for n in names)
 _DEVICE_TIME_FACTS = ("reduced_precision_us", "compute_kernel_us")
 
@@ -151,8 +156,17 @@ def data_quality_row(meta: RankMeta, events: pd.DataFrame, device_rank: bool, de
         "unknown_categories": [", ".join(f"{c} ({n})" for c, n in meta.unknown_categories)],
         "unknown_category_events": [sum(n for _, n in meta.unknown_categories)],
         "rank_source": [meta.rank_source],
+        "rank_out_of_range": [_out_of_range(meta.rank, meta.world_size)],
         "shapes_recorded": pd.array([meta.shapes_recorded], dtype="boolean"),
     })
+
+
+def _out_of_range(rank: int, world_size: int | None) -> str:
+    """Why ``rank`` lies outside 0..world_size-1 (``data_quality.rank_out_of_range``), '' when it does not or the
+    trace states no world size to check it against."""
+    if rank < 0:
+        return "negative"
+    return f"not below its world_size {world_size}" if world_size is not None and rank >= world_size else ""
 
 
 def _ep_comm_kernels(events: pd.DataFrame) -> int:

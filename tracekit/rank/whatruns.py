@@ -8,7 +8,7 @@ import pandas as pd
 from tracekit import devices
 from tracekit.events.kernels import kernel_table
 from tracekit.events.memory import memory_table, memory_timeline, top_allocators
-from tracekit.events.ops import kernel_ops, op_tables, precision_facts
+from tracekit.events.ops import kernel_ops, launches, op_tables, precision_facts, usable
 from tracekit.read.opcolumns import MEMORY_COLUMNS, OP_COLUMNS
 from tracekit.read.reader import RankMeta
 
@@ -33,7 +33,9 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     ops = pd.DataFrame(columns=list(OP_COLUMNS)) if ops is None else ops
     memory = pd.DataFrame(columns=list(MEMORY_COLUMNS)) if memory is None else memory
     peaks = peaks_of(meta) if device_rank else None
-    by_shape, by_name, step_flops, op_steps = op_tables(ops, events, steps, window, peaks, device_rank)
+    # Which op launched each device event: the op table's device times and the kernels' ops, found once.
+    launched = launches(ops, events) if device_rank and len(usable(ops)) else None
+    by_shape, by_name, step_flops, op_steps = op_tables(ops, events, steps, window, peaks, device_rank, launched)
     table = memory_table(memory, steps, meta.device_memory_bytes)
     table["in_window"] = table["step"].isin(window["step"]) | (table["step"] < 0) if len(table) else []
     names = " / ".join(_names(meta)) or "unnamed"
@@ -42,6 +44,6 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     return {"kernels": kernel_table(events, window_device), "ops": by_name, "ops_by_shape": by_shape,
             "step_flops": step_flops, "op_steps": op_steps, "memory": table,
             "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),
-            "kernel_ops": kernel_ops(ops, events) if device_rank and len(ops) else pd.DataFrame(
+            "kernel_ops": kernel_ops(ops, events, launched) if device_rank and len(ops) else pd.DataFrame(
                 columns=["rank", "kernel", "op"]),
             "quality": quality, "facts": precision_facts(by_shape)}

@@ -46,3 +46,12 @@ def to_ns(values) -> np.ndarray:
     ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
     ns[missing] = -1
     return ns
+
+
+def distinct(values: pd.Series) -> list:
+    """The distinct values of a column, missing ones left out; a categorical's from its codes, without an object
+    per row."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        codes = values.cat.codes.to_numpy()
+        return list(values.cat.categories[np.unique(codes[codes >= 0])])
+    return [v for v in pd.unique(values.to_numpy()) if not pd.isna(v)]

@@ -151,7 +151,8 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
 
 def _shapes_recorded(events: list) -> bool | None:
     """Whether the first CPU ops of a chunk carry ``Input Dims`` (``record_shapes=True``); None without CPU ops."""
-    ops = list(itertools.islice((e for e in events if canonical_category(e.cat) == "cpu_op"), _SHAPE_PROBE_OPS))
+    cpu_op = {c for c in {e.cat for e in events} if canonical_category(c) == "cpu_op"}
+    ops = list(itertools.islice((e for e in events if e.cat in cpu_op), _SHAPE_PROBE_OPS)) if cpu_op else []
     if not ops:
         return None
     return any(e.args is not None and len(e.args.input_dims) > 0 for e in ops)

@@ -3,12 +3,16 @@
 Every ``cpu_op`` and ``user_annotation`` event becomes a row of the ops table, whatever the reader's host-op filter
 keeps in the events table: name, thread, times (int64 ns), ``External id`` (which links an op to the kernels it
 launched), the profiler's own ``flops`` arg and its shapes as recorded (``Input Dims``, ``Input type``,
-``Concrete Inputs``: the JSON text, categorical, decoded later once per distinct value). ``[memory]`` instant events
-(``profile_memory=True``) become the memory table: thread, time, ``Total Allocated``, ``Total Reserved``,
-``Bytes`` (negative: freed), ``Device Type``, ``Device Id`` and ``Addr``.
+``Concrete Inputs``: the JSON text, categorical, decoded later once per distinct value), and ``cpu_op``: True for a
+``cpu_op`` (an operator, old traces' ``Operator``), False for a ``user_annotation`` (``record_function``, the
+``ProfilerStep#N`` spans): only operators have FLOPs, so a rank with annotations but no operator has unknown FLOPs.
+``[memory]`` instant events (``profile_memory=True``) become the memory table: thread, time, ``Total Allocated``,
+``Total Reserved``, ``Bytes`` (negative: freed), ``Device Type``, ``Device Id`` and ``Addr``.
 """
 
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 import pandas as pd
@@ -19,25 +23,25 @@ from tracekit.read.coded import categorical, factorized, to_ns
 
 OP_CATEGORIES = ("cpu_op", "user_annotation")
 OP_COLUMNS = ("rank", "name", "tid", "ts_ns", "dur_ns", "external_id", "flops_arg", "input_dims", "input_type",
-              "concrete_inputs")
+              "concrete_inputs", "cpu_op")
 MEMORY_COLUMNS = ("rank", "tid", "ts_ns", "total_allocated", "total_reserved", "bytes", "device_type", "device_id",
                   "addr")
 
 
 def op_columns(events: list) -> dict:
     """The host ops and annotations of one chunk of complete events, as arrays and lists."""
-    cats = {c: canonical_category(c) in OP_CATEGORIES for c in {e.cat for e in events}}
-    ops = [e for e in events if cats[e.cat]]
+    cats = {c: canonical_category(c) for c in {e.cat for e in events}}
+    ops = [e for e in events if cats[e.cat] in OP_CATEGORIES]
     args = [e.args for e in ops]
     return {
+        "cpu_op": np.array([cats[e.cat] == "cpu_op" for e in ops], dtype=bool),
         "name": factorized([e.name for e in ops]), "tid": factorized([str(e.tid) for e in ops]),
         "ts": to_ns(_floats([e.ts for e in ops])), "dur": to_ns(_floats([e.dur for e in ops])),
         "external_id": _ids([None if a is None else a.external_id if a.external_id is not None else a.external_id_old
                              for a in args]),
         "flops_arg": _floats([None if a is None else a.flops for a in args]),
-        "input_dims": factorized([_text(a, "input_dims") for a in args]),
-        "input_type": factorized([_text(a, "input_type") for a in args]),
-        "concrete_inputs": factorized([_text(a, "concrete_inputs") for a in args]),
+        "input_dims": _texts(args, "input_dims"), "input_type": _texts(args, "input_type"),
+        "concrete_inputs": _texts(args, "concrete_inputs"),
     }
 
 
@@ -68,6 +72,7 @@ def op_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
         "flops_arg": np.concatenate([p["flops_arg"] for p in parts] + [np.empty(0)]),
         "input_dims": joined("input_dims"), "input_type": joined("input_type"),
         "concrete_inputs": joined("concrete_inputs"),
+        "cpu_op": np.concatenate([p["cpu_op"] for p in parts] + [np.empty(0, dtype=bool)]),
     }, columns=list(OP_COLUMNS))
 
 
@@ -82,9 +87,14 @@ def memory_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
     return frame[ts >= 0].sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
-def _text(args, field: str) -> str | None:
-    raw = None if args is None else getattr(args, field)
-    return bytes(raw).decode() if raw is not None and len(raw) else None
+def _texts(args: list, field: str) -> tuple[np.ndarray, list]:
+    """(codes, distinct values) of a recorded JSON field (``factorized``'s form): its text, None where absent or
+    empty; the bytes are encoded by Arrow and only the distinct ones decoded."""
+    get = operator.attrgetter(field)
+    raw = [b"" if a is None or (r := get(a)) is None else bytes(r) for a in args]
+    encoded = pa.array(raw, type=pa.binary()).dictionary_encode()
+    return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
+            [v.decode() if v else None for v in encoded.dictionary.to_pylist()])
 
 
 def _floats(values: list) -> np.ndarray:

@@ -38,7 +38,7 @@ def html_report(summary, title: str | None = None) -> str:
     ]
     rates = {} if run.workload is None else run.workload.throughputs()
     body = [f"<h1>{_e(title)}</h1>", _facts(run), _quality(summary.data_quality, summary.mismatches), "<h2>Overview</h2>",
-            _headline(head, rates), _findings(summary.findings),
+            _headline(head, rates, quality.step_kind(summary.data_quality)), _findings(summary.findings),
             _table(display_units(summary.ranks), "Per rank (times in ms, sizes in MB; *_pct in percent)")]
     for section, figs in figures:
         body.append(f"<h2>{_e(section)}</h2>")
@@ -132,9 +132,10 @@ def _quality(data_quality: pd.DataFrame, mismatches: pd.DataFrame) -> str:
     return f"<div class=\"quality\"><h3>Data quality</h3><ul>{items}</ul></div>"
 
 
-def _headline(head: dict, rates: dict[str, float]) -> str:
-    cards = [("step time (mean over ranks; a rank's step: its ProfilerStep's start to the next one's)",
-              ms(head["step_time_us"], unit=True))]
+def _headline(head: dict, rates: dict[str, float], step_kind: str) -> str:
+    """The headline cards; ``step_kind``: what the steps are (``quality.step_kind``; '': none found)."""
+    step = f"from the start of one {step_kind} to the next" if step_kind else "none found (see Data quality)"
+    cards = [(f"step time (mean over ranks; a rank's step: {step})", ms(head["step_time_us"], unit=True))]
     cards += [(f"throughput ({k})", f"{rate(v)} samples/s") for k, v in rates.items()]
     cards += [("exposed comm", pct(head["exposed_comm_pct"], unit=True)),
               ("comm overlapped", pct(head["overlap_pct"], unit=True)), ("idle", pct(head["idle_pct"], unit=True))]

@@ -37,12 +37,9 @@ def with_step_flops(steps: pd.DataFrame, results) -> pd.DataFrame:
     parts = [r.step_flops for r in results if len(r.step_flops)]
     flops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(STEP_FLOP_COLUMNS))
     flops = flops.astype({"rank": np.int64, "step": np.int64, "matmul_flops": float, "matmul_at_peak_us": float})
-    out = steps.astype({"rank": np.int64, "step": np.int64}).merge(flops, on=["rank", "step"], how="left",
-                                                                    indicator=True)
-    # A step of a rank whose ops were read, with no op in it: no matmul FLOPs, a known 0. A rank without ops: unknown.
-    read = {r.meta.rank for r in results if len(r.ops)}
-    empty = (out.pop("_merge") == "left_only").to_numpy() & out["rank"].isin(read).to_numpy()
-    out.loc[empty, ["matmul_flops", "matmul_at_peak_us"]] = 0.0
+    # Each rank's step_flops has every step it knows (a known 0 where no op ran; NaN on a rank with annotations but
+    # no operator, ``tracekit.events.ops``); a step it lacks (a rank without ops) is unknown.
+    out = steps.astype({"rank": np.int64, "step": np.int64}).merge(flops, on=["rank", "step"], how="left")
     out["mfu_pct"] = out["matmul_at_peak_us"] / out["step_us"] * 100
     return out.astype({"rank": steps["rank"].dtype, "step": steps["step"].dtype}) if len(steps) else out
 
