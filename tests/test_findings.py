@@ -29,12 +29,18 @@ def run(tmp_path, per_rank, **top):
     return tracekit.summarize(tmp_path, cache=False)
 
 
-def dlrm_step(base, with_ddp=False):
-    """One 1000 us step: 200 us of compute, then 390 us of all_to_all and 110 us of all_reduce, nothing under them."""
+def dlrm_step(base, with_ddp=False, training=True):
+    """One 1000 us step: 200 us of compute, then 390 us of all_to_all and 110 us of all_reduce, nothing under them.
+    ``training``: an autograd backward node on the host (what rank.analyze.trains looks for); without it the trace
+    is forward only (inference)."""
     events = [kernel("sm70_xmma_gemm_f16f16", base, 200), comm("all_to_all", base + 200, 390),
               comm("all_reduce", base + 590, 110)]
     if with_ddp:
         events.append(cpu("DistributedDataParallel.forward", base + 1, 100, cat="user_annotation"))
+    # The host op at 700 us: a backward node when training, else a forward op (operators recorded, none backward:
+    # known to be forward only, not unknown).
+    events.append(cpu("autograd::engine::evaluate_function: EmbeddingBackward0" if training else "aten::embedding_bag",
+                      base + 700, 50))
     return events
 
 
@@ -61,6 +67,31 @@ def test_all_to_all_job_without_ddp_gets_all_to_all_advice_and_no_ddp_knobs(tmp_
     assert "TrainPipelineSparseDist" in f.recommendation  # the all_to_all advice, first
     assert f.recommendation.index("all_to_all") < f.recommendation.index("all_reduce")
     assert not any(knob in f.recommendation for knob in DDP_KNOBS), f.recommendation
+
+
+INFERENCE_A2A = "two-batch overlap"  # words only the forward-only all_to_all advice has
+
+
+@pytest.mark.parametrize("trains_on", [(), (1,), (0, 1)])
+def test_all_to_all_advice_names_a_training_pipeline_only_when_a_rank_trains(tmp_path, trains_on):
+    # The DLRM steps above; a rank trains when its host shows an autograd backward node. Per rank: comm 2 x 500 us
+    # exposed over a span of 1700 us (59%), all_to_all 2 x 390 / 1000 = 78% of the communication time, so the
+    # all_to_all advice comes first. Forward only on both ranks: inference advice; if any rank trains (here rank 1
+    # only), the job is set up as a training job and the training pipeline stands.
+    s = run(tmp_path, {r: [step(i + 1, i * 1000, 1000) for i in range(3)]
+                       + dlrm_step(0, training=r in trains_on) + dlrm_step(1000, training=r in trains_on)
+                       for r in (0, 1)}, deviceProperties=V100)
+    assert s.ranks["training"].tolist() == [r in trains_on for r in (0, 1)]
+    f = only(s, "exposed_comm")
+    assert f.ranks == (0, 1) and f.evidence["share"] == pytest.approx(1000 / 1700)
+    assert f.evidence["op_shares"] == pytest.approx({"all_to_all": 390 / 500, "all_reduce": 110 / 500})
+    text = f.recommendation
+    assert text.index("all_to_all") < text.index("all_reduce")
+    if trains_on:
+        assert "TrainPipelineSparseDist" in text and INFERENCE_A2A not in text
+    else:
+        assert "TrainPipelineSparseDist" not in text and "Train" not in text and "training" not in text.lower()
+        assert INFERENCE_A2A in text and "micro-batches" in text and "fp8 dispatch" in text
 
 
 @pytest.mark.parametrize("marker", ["DistributedDataParallel.forward", "torch.distributed.ddp.reducer::copy_bucket_to_grad"])
@@ -121,6 +152,20 @@ def test_each_op_gets_its_own_advice(op, words):
     f = comm_findings.exposed_comm(ranks, coll, None, {})[0]
     assert words in f.recommendation and f"{op} 100%" in f.message
     assert op == "other" or "unnamed op" not in f.recommendation
+
+
+@pytest.mark.parametrize("training, words", [([False], INFERENCE_A2A), ([True], "TrainPipelineSparseDist"),
+                                             ([None], "TrainPipelineSparseDist"),  # unknown: the advice of old
+                                             ([False, True], "TrainPipelineSparseDist")])  # disagree: training wins
+def test_all_to_all_advice_follows_ranks_training(training, words):
+    n = len(training)
+    coll = pd.DataFrame({"rank": list(range(n)), "op": ["all_to_all"] * n, "dur_us": [100.0] * n,
+                         "in_window": [True] * n})
+    ranks = pd.DataFrame({"rank": list(range(n)), "span_us": [1000.0] * n, "exposed_comm_us": [500.0] * n,
+                          "ddp": [False] * n, "training": pd.Series(training, dtype=object)})
+    f = comm_findings.exposed_comm(ranks, coll, None, {})[0]  # 500 / 1000 = 50% exposed: high, on every rank
+    assert f.ranks == tuple(range(n)) and words in f.recommendation
+    assert ("TrainPipelineSparseDist" in f.recommendation) != (INFERENCE_A2A in f.recommendation)
 
 
 def hip_launch(ts, correlation):

@@ -60,6 +60,16 @@ def test_the_run_with_prefetch_is_not_flagged(samples):
     late_peer = rows[(rows["rank"] == 1) & (rows["unit"] == "blocks.0") & (rows["phase"] == "backward")]
     assert (late_peer["allgather_exposed_us"] > 100e3).all() and (late_peer["wait_us"] == 0).all()
     assert "straggler" in {f.kind for f in s.findings}
+    # Nor are its units small: judged on the fastest rank's gather of each matched request (rank 0, last to arrive
+    # at the blocks' backward gathers), blocks.0 gathers 695.6 + 564.7 + 622.5 + 12173.2 = 14,056 us in the two
+    # window steps against 76,102 us of compute (mean over ranks), blocks.1 3,356 us against 103,442; the root
+    # gathers 8.4 MB, over 4 MB. Summed over ranks, rank 1's waits for rank 0 (203.9 and 388.6 ms in blocks.0's
+    # backward gathers) had made blocks.0 "gather" 618 ms against 152 ms of compute.
+    assert "fsdp_small_units" not in {f.kind for f in s.findings}
+    own = fsdp_findings.own_gathers(rows).groupby("unit")[["gather_us", "compute_us"]].sum()
+    assert own.loc["blocks.0", "gather_us"] == pytest.approx(14055.934, abs=0.01)
+    assert own.loc["blocks.1", "gather_us"] == pytest.approx(3356.118, abs=0.01)
+    assert (own["gather_us"] < own["compute_us"] / 5).all()
 
 
 def test_no_finding_fires_with_zero_of_what_it_is_about(samples):

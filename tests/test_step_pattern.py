@@ -24,13 +24,15 @@ PROPS = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "comput
                                "totalGlobalMem": 85e9}]}
 
 
-def _decode(annotate: bool = True, training: bool = False) -> list[dict]:
+def _decode(annotate: bool = True, training: bool = False, operators: bool = False) -> list[dict]:
     events = []
     for k in range(3):
         t = 1000 * k
         if annotate:
             events += [cpu("step[DECODE bs=16]", t, 1000, cat="user_annotation"),
                        cpu("decode_forward", t + 50, 750, cat="user_annotation")]
+        if operators:  # the forward's ops recorded: a forward-only trace is known to be one
+            events.append(cpu("aten::mm", t + 90, 30))
         events += [launch(t + 100, 10 + k), kernel("sgemm_128x64_nn", t + 200, 500, correlation=10 + k)]
         if training:
             events.append(cpu("autograd::engine::evaluate_function: MmBackward0", t + 110, 20))
@@ -104,10 +106,11 @@ def _advice(run) -> str:
 
 
 def test_a_forward_only_trace_gets_no_training_advice(tmp_path):
-    inference = _run(tmp_path / "inference", _decode())
+    inference = _run(tmp_path / "inference", _decode(operators=True))
     kinds = {f.kind for f in inference.findings}
     assert "no_reduced_precision" in kinds  # an fp32 GEMM on an A100: the finding stands
-    assert not inference.ranks["training"].iloc[0]
+    training = inference.ranks["training"].iloc[0]
+    assert training is not None and not training  # known: forward only
     text = _advice(inference).lower()
     for word in ("train with mixed precision", "gradscaler", "optimizer", "gradient", "backward"):
         assert word not in text, word
@@ -206,6 +209,22 @@ def test_a_device_trace_without_kernels_says_why_only_the_baseline_is_known(tmp_
     assert lines[1].split() == ["baseline", "1.00", "1.00x", "0.00", "0.0"]
     assert lines[-1] == ("unknown: rank 0: a device trace without device events (kernels not collected): what a "
                          "change does to the device work is unknown, so every scenario but the baseline is")
+
+
+def test_whatif_blames_missing_steps_only_when_no_rank_has_steps(tmp_path, capsys):
+    from tracekit.cli.main import main
+
+    # Rank 0: the device trace without kernels above (steps, no device events); rank 1: the decode trace without
+    # its step annotations (kernels, no steps). Only rank 0's missing kernels unknow the scenarios: the replay runs
+    # over rank 0's steps, so rank 1's missing steps are no reason and get no line (found by a review).
+    events = [cpu(f"ProfilerStep#{n}", t, d, cat="user_annotation") for n, t, d in ((1, 0, 1000), (2, 1000, 1000),
+                                                                                      (3, 2000, 10))]
+    write_trace(tmp_path / "rank0.json.gz", events + [launch(20, 1), launch(1020, 2)], rank=0, world_size=2, **PROPS)
+    write_trace(tmp_path / "rank1.json.gz", _decode(annotate=False), rank=1, world_size=2, **PROPS)
+    assert main(["whatif", str(tmp_path), "--no-cache", "--workers", "1"]) == 0
+    why = [line for line in capsys.readouterr().out.splitlines() if line.startswith("unknown: ")]
+    assert why == ["unknown: rank 0: a device trace without device events (kernels not collected): what a change "
+                   "does to the device work is unknown, so every scenario but the baseline is"]
 
 
 @pytest.mark.parametrize("pattern, label", [

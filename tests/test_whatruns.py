@@ -382,3 +382,30 @@ def test_a_step_without_matmul_on_an_unknown_device_has_unknown_mfu_not_0(tmp_pa
     assert steps.loc[1, "matmul_flops"] == 268_435_456 and steps.loc[2, "matmul_flops"] == 0
     assert steps["matmul_at_peak_us"].isna().all() and steps["mfu_pct"].isna().all()
     assert s.ranks.loc[0, "matmul_flops_per_step"] == 268_435_456 / 2 and math.isnan(s.ranks.loc[0, "mfu_pct"])
+
+
+def test_training_is_unknown_without_operators_and_known_with_them(tmp_path):
+    """ranks.training: True with a backward op, False with operators but none of backward or optimizer (forward
+    only), None (unknown) when no operator was recorded at all (kernels and ProfilerStep annotations only): such a
+    trace cannot tell inference from training, so it keeps the training advice."""
+    mm = cpu("aten::mm", 30, 40, **{"External id": 11})
+    backward = cpu("autograd::engine::evaluate_function: MmBackward0", 1100, 40)
+    for case, extra, expected in (("none", [], None), ("forward", [mm], False), ("train", [mm, backward], True)):
+        write_trace(tmp_path / case / "rank-0.json.gz", [*extra, *_annotated_gemms()], rank=0, world_size=1,
+                    deviceProperties=H100)
+        training = tracekit.summarize(tmp_path / case, cache=False, workers=1).ranks.loc[0, "training"]
+        assert (training is None) if expected is None else (training is expected or training == expected), case
+
+
+def test_profilersteps_filed_as_operators_are_not_operators(tmp_path):
+    """2021-era traces file ProfilerStep#N under cat "Operator" (cpu_op): with no other op, no operator was
+    recorded, so FLOPs and MFU are unknown (NaN) as for user_annotation steps, and training is unknown (found by a
+    review: the step rows counted as operators and gave 0)."""
+    events = []
+    for k in (1, 2, 3):
+        t = (k - 1) * 1000
+        events += [cpu(f"ProfilerStep#{k}", t, 1000, cat="Operator"), launch(t + 20, correlation=k),
+                   kernel("sm90_gemm_bf16", t + 100, 800, correlation=k)]
+    s = _gpu_run(tmp_path, events, deviceProperties=H100)
+    assert len(s.steps) == 3 and s.steps["matmul_flops"].isna().all() and s.steps["mfu_pct"].isna().all()
+    assert math.isnan(s.ranks.loc[0, "mfu_pct"]) and s.ranks.loc[0, "training"] is None

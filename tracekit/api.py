@@ -17,6 +17,7 @@ from tracekit.run import clocks
 from tracekit.run import crossrank
 from tracekit.run import whatruns
 from tracekit.findings import capture
+from tracekit.findings.finding import trains
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
 from tracekit.findings import memory_findings
@@ -175,7 +176,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
                                                                         fsdp, steps), tables["memory"], steps,
-                                                   training=_trains(ranks)),
+                                                   training=trains(ranks)),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
@@ -184,11 +185,6 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     found = roofline_findings.merged(summary.findings, summary.optimization)
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
     return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
-
-
-def _trains(ranks: pd.DataFrame) -> bool:
-    """Whether the run trains (``ranks.training``): training advice is worded for a forward-only run otherwise."""
-    return "training" not in ranks or bool(ranks["training"].fillna(True).astype(bool).any())
 
 
 def _data_quality(results: list[RankResult], steps: pd.DataFrame) -> pd.DataFrame:

@@ -32,20 +32,23 @@ def capture_notes(data_quality: pd.DataFrame) -> list[str]:
 
 
 def whatif_notes(data_quality: pd.DataFrame) -> list[str]:
-    """Why ``tracekit.whatif`` predicts ``unknown``, from the facts the table holds (ranks without steps, device
+    """Why ``tracekit.whatif`` predicts ``unknown``, from the facts the table holds (no rank with steps, device
     ranks whose kernels were not collected), one line per distinct reason naming its ranks; empty: no such fact.
 
     Example:
       >>> whatif_notes(pd.DataFrame({"rank": [0], "step_source": ["none"]}))
       ['rank 0: no steps found in the trace (step_source: none); a what-if replay needs steps; see --step-pattern']
     """
-    return _grouped(data_quality, _whatif_notes)
+    sources = data_quality["step_source"].astype(str) if "step_source" in data_quality else pd.Series(dtype=str)
+    # Steps missing on some ranks unknow nothing while others have them: the replay runs over those.
+    stepless = len(sources) > 0 and bool((sources.eq("none") | sources.str.startswith("none: ")).all())
+    return _grouped(data_quality, lambda row: _whatif_notes(row, stepless))
 
 
-def _whatif_notes(row: dict) -> list[str]:
+def _whatif_notes(row: dict, stepless: bool) -> list[str]:
     source = str(row.get("step_source") or "")
     out = []
-    if source == "none" or source.startswith("none: "):
+    if stepless:
         out.append(f"no steps found in the trace (step_source: {source}); a what-if replay needs steps; "
                    "see --step-pattern")
     if row.get("device_events_absent") is True:

@@ -105,7 +105,8 @@ RANK_COLUMNS = {
                         "trace as summary.ops; NaN without",
     "matmul_reduced_us": "the part of it in ops that ran in bf16, fp16 or fp8",
     "compute_major": "CUDA compute capability major of the GPUs (NaN when not in the trace)",
-    "training": "backward or optimizer ops seen (rank.analyze.trains); False: forward only, no training advice",
+    "training": "backward or optimizer ops seen (rank.analyze.trains); False: forward only (inference advice); "
+                "None: unknown, no operator recorded (training advice)",
     "comm_wait_us": "wall-clock time in matched collectives before the last rank arrived (union)",
     "comm_transfer_us": "wall-clock time in matched collectives after the last rank arrived (union)",
     "last_arrivals": "matched collectives this rank started strictly last; missing when none matched",

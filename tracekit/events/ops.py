@@ -30,6 +30,17 @@ from tracekit.read.kineto import decode_raw
 from tracekit.opschema import OP_COLUMNS, OP_SHAPE_COLUMNS, OP_STEP_COLUMNS, STEP_FLOP_COLUMNS
 
 _KEY = ["name", "input_dims", "input_type"]
+_STEP_ANNOTATION = r"ProfilerStep#\d+$"  # 2021-era traces file it under Operator (cpu_op): a step, not an op
+
+
+def has_operators(ops: pd.DataFrame) -> bool:
+    """Whether the ops table holds an operator: a ``cpu_op`` row that is not a ``ProfilerStep#N`` annotation."""
+    if "cpu_op" not in ops or not bool(ops["cpu_op"].any()):
+        return False
+    names = ops["name"].astype("category")
+    codes = names.cat.codes.to_numpy()
+    step = np.append(names.cat.categories.astype(str).str.match(_STEP_ANNOTATION), False)[codes]  # code -1: no name
+    return bool((ops["cpu_op"].to_numpy() & ~step).any())
 
 
 def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, window: pd.DataFrame,
@@ -40,6 +51,26 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     if ops.empty:
         return (pd.DataFrame(columns=list(OP_SHAPE_COLUMNS)), pd.DataFrame(columns=list(OP_COLUMNS)),
                 pd.DataFrame(columns=list(STEP_FLOP_COLUMNS)), pd.DataFrame(columns=list(OP_STEP_COLUMNS)))
+    per_call, step, in_window, flop_steps = _per_call(ops, events, steps, window, peaks, device_rank, launched)
+    by_shape = _grouped(per_call, ["rank", *_KEY], peaks, device_rank)
+    by_name = _grouped(per_call, ["rank", "name"], peaks, device_rank)  # the shape columns are not summed
+    # One unknown makes the step's sum unknown.
+    flop_steps = _sums(flop_steps, ["rank", "step"], [], ["matmul_flops", "matmul_at_peak_us"])
+    flop_steps = _every_step(flop_steps, steps, int(ops["rank"].iloc[0]), has_operators(ops),
+                             peaks is not None)
+    stepped = in_window & (step >= 0)
+    windowed = per_call.loc[stepped, ["rank", "name", "calls", "host_self_us", "device_self_us"]].assign(
+        step=step[stepped])
+    op_steps = _sums(windowed, ["rank", "step", "name"], ["calls", "host_self_us"], ["device_self_us"])
+    return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
+            op_steps[list(OP_STEP_COLUMNS)])
+
+
+def _per_call(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, window: pd.DataFrame,
+              peaks: devices.DevicePeaks | None, device_rank: bool, launched) -> tuple:
+    """(a row per call with its times, FLOPs and bytes; each call's step; whether it is in the window; the matmul
+    FLOPs and time at peak of each call in a step) of ``op_tables``: what the tables are grouped from. Its working arrays
+    end with it, before the grouping starts."""
     start = ops["ts_ns"].to_numpy()
     dur = ops["dur_ns"].to_numpy()
     parent, depth = op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur)
@@ -47,7 +78,7 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     has_parent = parent >= 0
     np.add.at(child, parent[has_parent], dur[has_parent])
     device_self = _device_self(ops, launched or launches(ops, events)) if device_rank else np.full(len(ops), np.nan)
-    cost = _costs(ops)
+    cost = _costs(ops, peaks)
     flops = cost["flops"]
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
     matmul = matmul_name & np.isfinite(flops)
@@ -57,30 +88,21 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     unknown = matmul_name & ~np.isfinite(flops) & innermost
     step = _step_of(start, steps)
     in_window = np.isin(step, window["step"].to_numpy()) if len(steps) else np.ones(len(ops), dtype=bool)
-    per_call = ops[["rank", *_KEY]].assign(
-        calls=1, host_self_us=(dur - child) / 1e3, host_total_us=dur / 1e3, device_self_us=device_self / 1e3,
-        device_us=subtree_sums(device_self, parent, depth) / 1e3, flops=flops, bytes=cost["bytes"],
-        counted_flops=counted, window_counted_flops=np.where(in_window, counted, 0.0),
-        flops_arg=ops["flops_arg"].to_numpy(), kind=cost["kind"], dtype=cost["dtype"])
-    by_shape = _grouped(per_call, ["rank", *_KEY], peaks, device_rank)
-    by_name = _grouped(per_call.drop(columns=["input_dims", "input_type"]), ["rank", "name"], peaks, device_rank)
-    peak = _per_value(per_call["dtype"], lambda d: devices.peak_tflops(peaks, devices.dtype_key(d))) * 1e12
+    per_call = pd.DataFrame({  # the arrays as they are (copy=False): no second copy of every column at once
+        **{c: ops[c].array for c in ["rank", *_KEY]}, "calls": np.ones(len(ops), dtype=np.int64),
+        "host_self_us": (dur - child) / 1e3, "host_total_us": dur / 1e3, "device_self_us": device_self / 1e3,
+        "device_us": subtree_sums(device_self, parent, depth) / 1e3, "flops": flops, "bytes": cost["bytes"],
+        "counted_flops": counted, "window_counted_flops": np.where(in_window, counted, 0.0),
+        "flops_arg": ops["flops_arg"].to_numpy(), "kind": cost["kind"], "dtype": cost["dtype"]}, copy=False)
+    peak = cost["peak_flops"]
     # Time at peak: unknown for every op of a rank whose device's peaks are unknown (a CPU rank, an unnamed device),
     # even one with no FLOPs, so that its MFU is unknown, not 0.
     at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
-    flop_steps = pd.DataFrame({"rank": ops["rank"].to_numpy(), "step": step,
-                               "matmul_flops": np.where(unknown, np.nan, counted),
-                               "matmul_at_peak_us": np.where(unknown, np.nan, at_peak)})
-    # One unknown makes the step's sum unknown.
-    flop_steps = _sums(flop_steps[flop_steps["step"] >= 0], ["rank", "step"], [], ["matmul_flops", "matmul_at_peak_us"])
-    flop_steps = _every_step(flop_steps, steps, int(ops["rank"].iloc[0]), bool(ops["cpu_op"].any()),
-                             peaks is not None)
-    stepped = in_window & (step >= 0)
-    windowed = per_call.loc[stepped, ["rank", "name", "calls", "host_self_us", "device_self_us"]].assign(
-        step=step[stepped])
-    op_steps = _sums(windowed, ["rank", "step", "name"], ["calls", "host_self_us"], ["device_self_us"])
-    return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
-            op_steps[list(OP_STEP_COLUMNS)])
+    stepped = step >= 0
+    flop_steps = pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
+                               "matmul_flops": np.where(unknown, np.nan, counted)[stepped],
+                               "matmul_at_peak_us": np.where(unknown, np.nan, at_peak)[stepped]})
+    return per_call, step, in_window, flop_steps
 
 
 def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
@@ -95,9 +117,10 @@ def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
     return {"matmul_device_us": float(time.sum()), "matmul_reduced_us": float(time[reduced].sum())}
 
 
-def _costs(ops: pd.DataFrame) -> dict[str, np.ndarray]:
-    """op_cost of every op (flops, bytes, kind, dtype arrays), computed once per distinct (name, Input Dims, Input
-    type, Concrete Inputs): the distinct rows are found from the columns' codes, with no object per op."""
+def _costs(ops: pd.DataFrame, peaks: devices.DevicePeaks | None) -> dict[str, np.ndarray]:
+    """op_cost of every op (flops, bytes, kind, dtype arrays) and the device's peak FLOP/s at its dtype
+    (peak_flops), computed once per distinct (name, Input Dims, Input type, Concrete Inputs): the distinct rows are
+    found from the columns' codes, with no object per op."""
     key = ["name", "input_dims", "input_type", "concrete_inputs"]
     combined = np.zeros(len(ops), dtype=np.int64)
     for col in key:  # one code per distinct tuple so far, then the next column's code within it (NaN: code -1)
@@ -108,8 +131,11 @@ def _costs(ops: pd.DataFrame) -> dict[str, np.ndarray]:
     rows = [op_cost(str(n), _decoded(d), _decoded(t), _decoded(c)) for n, d, t, c in distinct.itertuples(index=False)]
     columns = {"flops": [r.flops for r in rows], "bytes": [r.bytes for r in rows], "kind": [r.kind for r in rows],
                "dtype": [r.dtype for r in rows]}
-    return {c: pd.Series(v, dtype=np.float64 if c in ("flops", "bytes") else None).to_numpy()[inverse]
-            for c, v in columns.items()}
+    distinct = {c: pd.Series(v, dtype=np.float64 if c in ("flops", "bytes") else None).to_numpy()
+                for c, v in columns.items()}
+    distinct["peak_flops"] = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in distinct["dtype"]],
+                                      dtype=np.float64) * 1e12  # per second, at the op's dtype
+    return {c: v[inverse] for c, v in distinct.items()}
 
 
 def _decoded(text) -> list | None:

@@ -21,6 +21,7 @@ from tracekit import fmt
 from tracekit.findings.comm_findings import BUSBW_SHARE, EXPOSED_COMM_SHARE, STRAGGLER_WAIT_SHARE  # noqa: F401
 from tracekit.findings.comm_findings import exposed_comm, low_busbw, straggler
 from tracekit.findings.finding import VENDOR, Finding, by_severity, gpu_vendor, severity, share_of_span
+from tracekit.findings.finding import trains as _trains
 
 DATA_IDLE_SHARE = (0.05, 0.20)
 HOST_IDLE_SHARE = (0.10, 0.30)        # GPU ranks only
@@ -163,11 +164,6 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
         ("Run the model in bf16: load its weights as torch.bfloat16 (model.to(torch.bfloat16)) or wrap the forward "
          f"in torch.autocast('cuda', dtype=torch.bfloat16); matmuls and convolutions then run on {matrix}."),
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
-
-
-def _trains(ranks) -> bool:
-    """Whether any of these ranks trains (``ranks.training``; unknown counts as training, the advice of old)."""
-    return "training" not in ranks or bool(ranks["training"].fillna(True).astype(bool).any())
 
 
 _CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _host_bound, _syncs, _no_reduced_precision,

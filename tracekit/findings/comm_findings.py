@@ -13,7 +13,7 @@ import pandas as pd
 
 from tracekit import fmt
 from tracekit.run.crossrank import MIN_TESTED, STRAGGLER_P
-from tracekit.findings.finding import VENDOR, Finding, gpu_vendor, holds_on_any, severity, share_of_span
+from tracekit.findings.finding import VENDOR, Finding, gpu_vendor, holds_on_any, severity, share_of_span, trains
 
 EXPOSED_COMM_SHARE = (0.10, 0.25)     # medium, high
 STRAGGLER_WAIT_SHARE = (0.05, 0.20)   # of the median step time
@@ -39,6 +39,15 @@ _OP_ADVICE = {
                   "dispatch): pipeline the exchange behind dense compute (TorchRec's TrainPipelineSparseDist), send "
                   "less (fp16/bf16 quantized communication, smaller embedding dims or expert capacity), and balance "
                   "the sharding so no rank sends more than the others.",
+    # A forward-only run (ranks.training False) has no training pipeline to pipeline the exchange in: what MoE
+    # inference engines and inference-side sharded embeddings do instead.
+    "inference_all_to_all": "all_to_all (mixture-of-experts dispatch/combine, or embedding tables sharded across "
+                            "ranks): overlap the exchange with compute by splitting each batch in two micro-batches, "
+                            "one dispatching or combining while the other computes (two-batch overlap, as SGLang and "
+                            "vLLM offer for expert parallelism), carry more tokens per exchange (a larger batch per "
+                            "expert-parallel step) and fuse small exchanges into fewer calls, send less (fp8 dispatch, "
+                            "quantized embedding tables), and balance the experts or tables so no rank sends more "
+                            "than the others.",
     "broadcast": "broadcast: send only what changed, once, outside the step.",
     "ddp_broadcast": "broadcast from DDP's buffer sync: DistributedDataParallel(broadcast_buffers=False) when the "
                      "buffers need no sync each step.",
@@ -63,8 +72,9 @@ def exposed_comm(ranks, collectives, stragglers, run):
     ops = op_shares(collectives, hit)
     dominant = dominant_ops(ops)
     ddp = holds_on_any(ranks, hit, "ddp")
+    training = trains(ranks[ranks["rank"].isin(list(hit))])  # ranks disagreeing: training wins if any hit rank trains
     named = ", ".join(f"{op} {ops[op]:.0%}" for op in dominant)
-    advice = list(dict.fromkeys(_op_advice(op, ddp) for op in dominant))
+    advice = list(dict.fromkeys(_op_advice(op, ddp, training) for op in dominant))
     return [Finding(
         "exposed_comm", level, tuple(int(r) for r in hit),
         f"Communication not hidden under compute takes up to {worst:.0%} of the device time ({fmt.ranks(hit)})"
@@ -90,8 +100,10 @@ def dominant_ops(shares: dict[str, float]) -> list[str]:
     return [op for i, (op, v) in enumerate(shares.items()) if i == 0 or v >= DOMINANT_OP_SHARE]
 
 
-def _op_advice(op: str, ddp: bool) -> str:
+def _op_advice(op: str, ddp: bool, training: bool = True) -> str:
     key = _ADVICE_KEY.get(op, op)
+    if not training and f"inference_{key}" in _OP_ADVICE:
+        return _OP_ADVICE[f"inference_{key}"]
     if ddp and f"ddp_{key}" in _OP_ADVICE:
         return _OP_ADVICE[f"ddp_{key}"]
     return _OP_ADVICE.get(key, _OP_ADVICE["other"])

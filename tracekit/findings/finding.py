@@ -46,6 +46,12 @@ def severity(value: float, thresholds: tuple[float, float]) -> str | None:
     return "high" if value >= thresholds[1] else "medium"
 
 
+def trains(ranks: pd.DataFrame) -> bool:
+    """Whether any of these ranks trains (``ranks.training``): where ranks disagree training wins (a job with a
+    training rank is set up as a training job), and unknown (no column, NaN) counts as training, the advice of old."""
+    return "training" not in ranks or bool(ranks["training"].fillna(True).astype(bool).any())
+
+
 def holds_on_any(ranks: pd.DataFrame, hit, column: str) -> bool:
     """Whether a host fact (``ddp``) holds on any of the ranks ``hit``; False when the table lacks it."""
     if column not in ranks:

@@ -9,7 +9,8 @@
   ``reshard_after_forward=False`` for the last units, which backward needs first; many small units -> fewer, larger.
 - ``fsdp_fp32_allgather``: parameters gathered in float32 while units wait for all-gathers: bf16 halves the bytes.
 - ``fsdp_exposed_reduce``: the last unit of backward reduces its gradients with no compute left to hide under.
-- ``fsdp_small_units``: units whose all-gather moves little and takes longer than the unit computes.
+- ``fsdp_small_units``: units whose all-gather moves little and takes longer than the unit computes, measured on
+  each request's fastest rank across ranks (``own_gathers``), so time spent waiting for a late peer does not count.
 Thresholds are constants here; shares are of the rank's step time over the window.
 """
 
@@ -161,18 +162,45 @@ def _exposed_reduce(rows, step_us):
 
 
 def _small_units(rows, step_us):
-    gathered = rows[rows["gathers"] > 0]
-    per_unit = gathered.groupby("unit").agg(bytes=("allgather_bytes", "median"), gather_us=("allgather_us", "sum"),
-                                            compute_us=("compute_us", "sum"))
+    """Units whose gathers move under ``SMALL_UNIT_BYTES`` and cost more than the unit computes, judged on the
+    gathers' own cost (``own_gathers``: the fastest rank's time of each matched request), not on time spent waiting
+    for a late peer; at least two such units."""
+    own = own_gathers(rows)
+    own = own[own["gather_us"].notna() & own["compute_us"].notna()]  # unknown on some rank: the request is not judged
+    if own.empty:
+        return []
+    per_unit = own.groupby("unit").agg(bytes=("bytes", "median"), gather_us=("gather_us", "sum"),
+                                       compute_us=("compute_us", "sum"))
     small = per_unit[(per_unit["bytes"] < SMALL_UNIT_BYTES) & (per_unit["gather_us"] > per_unit["compute_us"])]
     if len(small) < 2:
         return []
-    share = float(small["gather_us"].sum() / gathered.groupby("unit")["allgather_us"].sum().sum())
+    share = float(small["gather_us"].sum() / per_unit["gather_us"].sum())
     return [Finding(
-        "fsdp_small_units", "low", tuple(int(r) for r in np.unique(gathered["rank"])),
+        "fsdp_small_units", "low", tuple(int(r) for r in np.unique(rows.loc[rows["gathers"] > 0, "rank"])),
         f"{len(small)} of {len(per_unit)} FSDP units gather under {SMALL_UNIT_BYTES / 1e6:.0f} MB "
-        f"(median {small['bytes'].median() / 1e6:.2f} MB) and spend longer gathering than computing: their "
-        "collectives are latency-bound.",
+        f"(median {small['bytes'].median() / 1e6:.3g} MB) and their gathers take longer than the unit computes even "
+        "on the fastest rank, which waited for no late peer: their collectives are latency-bound.",
         LARGER_UNITS_REMEDY + ".",
         {"gather_share": share, "units": [str(u) for u in small.index],
-         "median_bytes": float(small["bytes"].median())})]
+         "median_bytes": float(small["bytes"].median()),
+         "own_gather_us": {str(u): float(v) for u, v in small["gather_us"].items()},
+         "compute_us": {str(u): float(v) for u, v in small["compute_us"].items()}})]
+
+
+def own_gathers(rows: pd.DataFrame) -> pd.DataFrame:
+    """The all-gathers' own cost, per FSDP request matched across ranks (same step, phase, order and unit on every
+    rank that gathers): ``gather_us`` the fastest rank's gather time, ``compute_us`` the ranks' mean compute,
+    ``bytes`` their median. A rank's gather lasts its own transfer plus its wait for the last peer to arrive; the
+    last to arrive waits for no one, so the fastest rank's time holds (almost) no waiting. (The collectives'
+    ``transfer_us`` splits each call, but no fsdp row names its calls: hence the match by request.) A request
+    not seen gathering on every such rank, or unknown on one (NaN), is NaN: its waiting cannot be told apart; with
+    one rank, every request is (a single trace cannot say when its peers arrived)."""
+    gathered = rows[rows["gathers"] > 0]
+    g = gathered.groupby(["step", "phase", "order", "unit"], observed=True, sort=False)
+    size = g.size()
+    out = pd.DataFrame({"gather_us": g["allgather_us"].min(), "compute_us": g["compute_us"].mean(),
+                        "bytes": g["allgather_bytes"].median(), "ranks": g["rank"].nunique()})
+    everywhere = (out["ranks"] == gathered["rank"].nunique()) & (out["ranks"] >= 2)
+    out["gather_us"] = out["gather_us"].where(everywhere & (g["allgather_us"].count() == size))
+    out["compute_us"] = out["compute_us"].where(g["compute_us"].count() == size)
+    return out.reset_index()

@@ -16,6 +16,7 @@ import pandas as pd
 from tracekit.events import causes
 from tracekit.events import metrics
 from tracekit.events.graphs import capture_facts
+from tracekit.events.ops import has_operators
 from tracekit import intervals as iv
 from tracekit.events.classify import classify
 from tracekit.events.steps import find_steps
@@ -122,9 +123,10 @@ _STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us
 TRAINING_OP = re.compile(r"Backward\d*\b|^autograd::engine|^Optimizer\.(?:step|zero_grad)")
 
 
-def trains(events: pd.DataFrame, ops: pd.DataFrame | None) -> bool:
+def trains(events: pd.DataFrame, ops: pd.DataFrame | None) -> bool | None:
     """Whether the rank trains: a backward or optimizer op among its events or its host ops (a GPU rank's events
-    leave most CPU ops out; ``ops`` has them all). False: forward only (inference, an evaluation loop)."""
+    leave most CPU ops out; ``ops`` has them all). False: forward only (inference, an evaluation loop), known only
+    where operators (``cpu_op``) were recorded; None (unknown) for a trace of kernels and annotations alone."""
     names = set(events["name"].cat.categories.astype(str))
     if ops is not None and len(ops):
         col = ops["name"]
@@ -133,7 +135,11 @@ def trains(events: pd.DataFrame, ops: pd.DataFrame | None) -> bool:
             names.update(col.cat.categories[np.unique(codes[codes >= 0])].astype(str))
         else:
             names.update(pd.unique(col.astype(str)))
-    return any(TRAINING_OP.search(n) for n in names)
+    if any(TRAINING_OP.search(n) for n in names):
+        return True
+    return False if ops is not None and has_operators(ops) else None
+
+
 _DEVICE_TIME_FACTS = ("reduced_precision_us", "compute_kernel_us")
 
 
