@@ -3,7 +3,8 @@
 Every measured run is a fresh Python process (imports excluded from its wall time); tracekit and HTA alternate so
 neither gets a warmer machine. Memory is the peak, over the run, of the summed PSS (proportional set size) of the
 process and all its children, sampled every 20 ms from /proc/PID/smaps_rollup: worker pools count in full, shared
-pages once; the ranks8 scenario also prints each tool's largest process (the issue's measure). Sampling costs CPU (more for a tool with more processes), so wall times come from separate, unsampled runs.
+pages once; the ranks8 scenario also prints each tool's largest process (the issue's measure). Sampling costs CPU
+(more for a tool with more processes), so wall times come from separate, unsampled runs.
 
     .venv/bin/python benchmarks/scale.py                    # every scenario below
     .venv/bin/python benchmarks/scale.py --only ranks8 cache --repeat 5
