@@ -24,8 +24,9 @@ def kernel_table(events: pd.DataFrame, window_device: pd.DataFrame) -> pd.DataFr
     if dev.empty:
         return pd.DataFrame(columns=_OWN)
     # Grouped by the name's code, not its text (no string per event); an event without a name has no row.
-    names = dev["name"].cat.categories
-    code = dev["name"].cat.codes.to_numpy().astype(np.int64)
+    name = dev["name"].astype("category")  # the reader's already is
+    names = name.cat.categories
+    code = name.cat.codes.to_numpy().astype(np.int64)
     named = code >= 0
     kind = dev["kind"].astype("category")
     every = pd.DataFrame({"rank": dev["rank"].to_numpy()[named], "code": code[named],
