@@ -144,8 +144,12 @@ def _decoded(text) -> list | None:
 
 
 def usable(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops with a usable duration, numbered from 0: the rows ``launches`` and the op tables count."""
-    return ops[ops["dur_ns"].to_numpy() >= 0].reset_index(drop=True)
+    """The ops with a usable duration, numbered from 0: the rows ``launches`` and the op tables count. A table that
+    is already so is returned as it is (each stage asks again; no copy of every op each time)."""
+    keep = ops["dur_ns"].to_numpy() >= 0
+    if keep.all() and ops.index.equals(pd.RangeIndex(len(ops))):
+        return ops
+    return ops[keep].reset_index(drop=True)
 
 
 def launches(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:

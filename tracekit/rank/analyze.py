@@ -27,6 +27,7 @@ from tracekit.events.fsdp import unit_table as fsdp_unit_table
 from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.rank.whatruns import what_runs
+from tracekit.read.coded import distinct
 from tracekit.read.reader import RankMeta, read_tables
 
 
@@ -129,12 +130,7 @@ def trains(events: pd.DataFrame, ops: pd.DataFrame | None) -> bool | None:
     where operators (``cpu_op``) were recorded; None (unknown) for a trace of kernels and annotations alone."""
     names = set(events["name"].cat.categories.astype(str))
     if ops is not None and len(ops):
-        col = ops["name"]
-        if isinstance(col.dtype, pd.CategoricalDtype):  # the reader's: the names that occur, without a string per op
-            codes = col.cat.codes.to_numpy()
-            names.update(col.cat.categories[np.unique(codes[codes >= 0])].astype(str))
-        else:
-            names.update(pd.unique(col.astype(str)))
+        names.update(str(n) for n in distinct(ops["name"]))  # without a string per op
     if any(TRAINING_OP.search(n) for n in names):
         return True
     return False if ops is not None and has_operators(ops) else None

@@ -34,7 +34,8 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     memory = pd.DataFrame(columns=list(MEMORY_COLUMNS)) if memory is None else memory
     peaks = peaks_of(meta) if device_rank else None
     # Which op launched each device event: the op table's device times and the kernels' ops, found once.
-    launched = launches(ops, events) if device_rank and len(usable(ops)) else None
+    valid = usable(ops)
+    launched = launches(valid, events) if device_rank and len(valid) else None
     by_shape, by_name, step_flops, op_steps = op_tables(ops, events, steps, window, peaks, device_rank, launched)
     table = memory_table(memory, steps, meta.device_memory_bytes)
     table["in_window"] = table["step"].isin(window["step"]) | (table["step"] < 0) if len(table) else []
