@@ -16,25 +16,24 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
 
     ``graphs`` come in the order the per-rank collectives tables were concatenated into ``collectives``, which
     carries ``match_id`` and ``matched``."""
-    parts, offset, lanes, coll_offset = [], 0, 0, 0
+    graphs = [g for g in graphs if not g.empty]
+    if not graphs:
+        return empty_graph().assign(group=pd.Series(dtype=np.int64))
     calls_per_rank = collectives.groupby("rank").size() if len(collectives) else pd.Series(dtype=int)
+    moves, offset, lanes, coll_offset = [], 0, 0, 0
     for g in graphs:
-        if g.empty:
-            continue
         rank = int(g["rank"].iloc[0])
-        moved = {c: np.where(g[c].to_numpy() >= 0, g[c].to_numpy() + offset, -1) for c in ("ps", "pe", "dr")}
-        coll = g["coll"].to_numpy()
-        delta = shift.get(rank, 0) + origin_ns
-        parts.append(g.assign(lane=g["lane"].to_numpy() + lanes, start_ns=g["start_ns"] - delta,
-                              end_ns=g["end_ns"] - delta, coll=np.where(coll >= 0, coll + coll_offset, -1), **moved))
+        moves.append({"ps": offset, "pe": offset, "dr": offset, "coll": coll_offset, "lane": lanes,
+                      "start_ns": shift.get(rank, 0) + origin_ns, "end_ns": shift.get(rank, 0) + origin_ns})
         offset, lanes = offset + len(g), lanes + int(g["lane"].max()) + 1
         coll_offset += int(calls_per_rank.get(rank, 0))
-    if not parts:
-        return empty_graph().assign(group=pd.Series(dtype=np.int64))
-    names = union_categoricals([p["name"].astype("category") for p in parts])
-    nodes = pd.concat([p.drop(columns=["name"]) for p in parts], ignore_index=True)
-    nodes.insert(GRAPH_COLUMNS.index("name"), "name", names)
-    nodes["cat"] = nodes["cat"].astype(pd.CategoricalDtype(NODE_CATS))
+    # Column by column, so that only one column of the run is ever made twice (the per-rank tables stay as they are).
+    nodes = pd.DataFrame({c: _joined(graphs, moves, c) for c in GRAPH_COLUMNS if c not in ("name", "cat")},
+                         copy=False)
+    nodes.insert(GRAPH_COLUMNS.index("cat"), "cat", pd.Categorical.from_codes(
+        np.concatenate([_codes(g["cat"], NODE_CATS) for g in graphs]), categories=NODE_CATS))
+    nodes.insert(GRAPH_COLUMNS.index("name"), "name",
+                 union_categoricals([g["name"].astype("category") for g in graphs]))
     coll = nodes["coll"].to_numpy()
     has = coll >= 0
     group = np.full(len(nodes), -1, dtype=np.int64)
@@ -45,6 +44,25 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
     nodes["group"] = group
     nodes["pe"] = _checked_waits(nodes)
     return nodes
+
+
+def _joined(graphs: list[pd.DataFrame], moves: list[dict], column: str) -> np.ndarray:
+    """``column`` of every rank's graph in one array: row positions (``ps``, ``pe``, ``dr``, ``coll``: -1 for none)
+    and lanes moved past the ranks before, times moved to the run's corrected clock from its origin."""
+    parts = []
+    for g, move in zip(graphs, moves):
+        values = g[column].to_numpy()
+        if column in ("ps", "pe", "dr", "coll"):
+            values = np.where(values >= 0, values + move[column], -1)
+        elif column in move:
+            values = values + move[column] if column == "lane" else values - move[column]
+        parts.append(values)
+    return np.concatenate(parts)
+
+
+def _codes(cat: pd.Series, categories: tuple) -> np.ndarray:
+    """The codes of ``cat`` against ``categories`` (-1 for a value not among them)."""
+    return pd.Categorical(cat, categories=list(categories)).codes
 
 
 def _checked_waits(nodes: pd.DataFrame) -> np.ndarray:
