@@ -28,7 +28,7 @@ from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.rank.whatruns import what_runs
 from tracekit.read.coded import distinct
-from tracekit.read.reader import RankMeta, read_tables
+from tracekit.read.reader import RankMeta, ReadOptions, read_tables
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,12 @@ class RankResult:
     kernel_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.kernel_ops: each kernel's launching op
 
 
-def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None) -> RankResult:
-    """Read and reduce one trace file."""
-    tables = read_tables(path, default_rank=default_rank, host_ops=reads_host_op)
+def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None,
+                 decode_workers: int = 1) -> RankResult:
+    """Read and reduce one trace file; a large one's chunks are decoded by ``decode_workers`` helper processes
+    (``ReadOptions``), with the same result."""
+    tables = read_tables(path, default_rank=default_rank, host_ops=reads_host_op,
+                         options=ReadOptions(decode_workers=decode_workers))
     return reduce_rank(tables.meta, tables.events, tables.comm_args, config, tables.ops, tables.memory)
 
 

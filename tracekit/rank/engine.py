@@ -109,10 +109,11 @@ def rank_key(path: str | Path, config: Config, default_rank: int | None) -> str:
 
 
 def _rank_task(path: str | Path, config: Config, default_rank: int | None, store: cache.Store | None = None,
-               store_key: str | None = None):
-    """The unit of work, run wherever the engine puts it: analyse one rank, and keep the result under ``store_key``."""
+               store_key: str | None = None, decode_workers: int = 1):
+    """The unit of work, run wherever the engine puts it: analyse one rank, and keep the result under ``store_key``.
+    ``decode_workers``: the processes that decode a large trace's chunks (the cores left to each file)."""
     try:
-        result = analyze_rank(path, config, default_rank)
+        result = analyze_rank(path, config, default_rank, decode_workers)
     except TraceReadError as err:
         return _Failed(type(err), err.path, err.problem, err.rank)
     if store is not None and store_key is not None and _key_here(path, config, default_rank) == store_key:
@@ -175,15 +176,17 @@ class _Ticker:
 
 
 def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
-    workers = min(options.workers or default_workers(), len(files))
+    cores = options.workers or default_workers()
+    workers = min(cores, len(files))
+    decode = max(1, cores // len(files))  # fewer files than workers: the rest decode chunks of large ones
     if workers == 1:
         for file, slot, key in zip(files, slots, keys):
-            outcomes[slot] = _rank_task(file, config, default_rank, store, key)
+            outcomes[slot] = _rank_task(file, config, default_rank, store, key, decode)
             _raise_if_fatal(outcomes[slot], options.skip_unreadable)
             tick()
         return
     with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
-        pending = {pool.submit(_rank_task, file, config, default_rank, store, key): slot
+        pending = {pool.submit(_rank_task, file, config, default_rank, store, key, decode): slot
                    for file, slot, key in zip(files, slots, keys)}
         try:
             while pending:

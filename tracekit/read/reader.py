@@ -22,6 +22,7 @@ from tracekit.read.columns import collect_parts, finish_tables
 from tracekit.read.files import as_path, load_bytes, rank_in_file_name
 from tracekit.read.kineto import (CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, TRACE_DECODER, Complete, DistributedInfo,
                                   Instant, decode_raw)
+from tracekit.read.parallel import collect_parallel
 from tracekit.read.stream import EventStream, open_trace, read_block
 
 __all__ = ["RankMeta", "RankTables", "ReadOptions", "read_rank", "read_tables"]
@@ -35,16 +36,21 @@ class ReadOptions:
       then holds one block of the file and one chunk's structs besides the columns, never the whole JSON. 0 streams
       every trace.
     chunk_events: events per chunk.
+    decode_workers: helper processes that decode a streamed trace's chunks (``tracekit.read.parallel``); 1 for
+      none, in this process.
     """
 
     chunk_above_bytes: int = 16 << 20
     chunk_events: int = 20_000
+    decode_workers: int = 1
 
     def __post_init__(self) -> None:
         if self.chunk_above_bytes < 0:
             raise ValueError(f"chunk_above_bytes must be 0 or more; got {self.chunk_above_bytes}")
         if self.chunk_events < 1:
             raise ValueError(f"chunk_events must be 1 or more; got {self.chunk_events}")
+        if self.decode_workers < 1:
+            raise ValueError(f"decode_workers must be 1 or more; got {self.decode_workers}")
 
 
 class _Refused(Exception):
@@ -104,7 +110,7 @@ def read_tables(path: str | Path, default_rank: int | None = None,
     CPU ops (``cpu_op``) are kept only where ``host_ops(name)`` is true or they are communication calls: the
     analysis of a GPU rank reads a few host ops by name, and the rest (half of a Kineto trace) need no columns.
     ``meta.dropped_events`` and ``meta.first_ts_ns`` count every event either way.
-    ``options``: how the trace is decoded (chunk sizes); the result does not depend on them.
+    ``options``: how the trace is decoded (chunk sizes, helper processes); the result does not depend on them.
     """
     path = as_path(path)
     with open_trace(path) as stream:
@@ -114,7 +120,7 @@ def read_tables(path: str | Path, default_rank: int | None = None,
             first = None  # the gzip module names what is wrong, below
         if first is not None and len(first) > options.chunk_above_bytes:
             return _read_streamed(path, EventStream(stream, path, first, options.chunk_events), default_rank,
-                                  host_ops)
+                                  host_ops, options.decode_workers)
     return _read_whole(path, load_bytes(path) if first is None else first, default_rank, host_ops)
 
 
@@ -126,12 +132,16 @@ def _read_whole(path, data: bytes, default_rank, host_ops) -> RankTables:
         return _read(path, data, default_rank, host_ops, fast=False)
 
 
-def _read_streamed(path, events: EventStream, default_rank, host_ops) -> RankTables:
-    """``read_tables`` of a large trace, a chunk at a time; what the fast decoders refuse is read again whole."""
+def _read_streamed(path, events: EventStream, default_rank, host_ops, workers: int = 1) -> RankTables:
+    """``read_tables`` of a large trace, a chunk at a time (by ``workers`` helper processes when more than one);
+    what the fast decoders refuse is read again whole."""
     if not events.found:
         return _read_whole(path, events.document(), default_rank, host_ops)
     try:
-        parts = collect_parts((_complete_events(chunk) for chunk in events.chunks()), host_ops)
+        if workers > 1:
+            parts = collect_parallel(events.chunks(), _complete_events, host_ops, workers)
+        else:
+            parts = collect_parts((_complete_events(chunk) for chunk in events.chunks()), host_ops)
         trace = FAST_DECODER.decode(events.trace_bytes())
     except (_Refused, ValueError):  # msgspec's errors are ValueErrors too
         return _read_whole(path, load_bytes(path), default_rank, host_ops)

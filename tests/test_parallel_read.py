@@ -1,0 +1,110 @@
+"""A streamed trace decoded by helper processes (tracekit.read.parallel) reads exactly what one process reads."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tracekit.events.hostops import reads_host_op
+from tracekit.rank import engine
+from tracekit.read import reader
+from tracekit.read.reader import ReadOptions
+from tests.tracedata import cpu, kernel, step, write_trace
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
+
+
+def _tables(path, workers, host_ops=reads_host_op, chunk_events=2):
+    return reader.read_tables(path, default_rank=0, host_ops=host_ops,
+                              options=ReadOptions(chunk_above_bytes=0, chunk_events=chunk_events,
+                                                  decode_workers=workers))
+
+
+def _assert_same(a, b):
+    assert a.meta == b.meta
+    for table in ("events", "comm_args", "ops", "memory"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table), check_exact=True, obj=table)
+
+
+def test_cpu_ops_are_left_out_from_the_chunk_with_the_first_device_event_on(tmp_path):
+    # Chunks of 2 events: [relu, relu] [kernel, relu] [relu, relu]. One process keeps the CPU ops of chunk 1 (no
+    # device event seen yet: it could be a CPU-only trace) and leaves out aten::relu (not a host op the analysis
+    # reads) from chunk 2 on: rows relu@0, relu@10, k@20. Two helpers get all three chunks before any is back, so
+    # chunk 3 was sent as if no device event had been seen: it must be made again, and its ops left out.
+    path = write_trace(tmp_path / "rank0.json", [cpu("aten::relu", 0, 5), cpu("aten::relu", 10, 5),
+                                                 kernel("k", 20, 5), cpu("aten::relu", 30, 5),
+                                                 cpu("aten::relu", 40, 5), cpu("aten::relu", 50, 5)], gz=False)
+    for workers in (1, 2):
+        events = _tables(path, workers).events
+        assert list(events["name"].astype(str)) == ["aten::relu", "aten::relu", "k"], workers
+        assert list(events["ts_ns"]) == [0, 10_000, 20_000]
+    _assert_same(_tables(path, 1), _tables(path, 2))
+
+
+def test_a_cpu_only_trace_keeps_every_op_in_every_chunk(tmp_path):
+    path = write_trace(tmp_path / "rank0.json", [step(1, 0, 100)] + [cpu("aten::relu", 10 * i, 5) for i in range(1, 8)],
+                       gz=False)
+    helped = _tables(path, 2)
+    assert len(helped.events) == 8 and len(helped.ops) == 8  # no device event: nothing left out
+    _assert_same(_tables(path, 1), helped)
+
+
+def test_a_chunk_the_fast_decoder_refuses_in_a_helper_reads_the_file_whole(tmp_path):
+    # An unknown phase ("Z") in the third chunk: the fast decoders refuse it, in the helper that decodes it, and
+    # the whole file is read by the general decoder, which skips it: the five complete events remain.
+    events = [cpu("aten::relu", 0, 5), kernel("k", 10, 5), cpu("aten::mm", 20, 5), step(1, 0, 100),
+              {"ph": "Z", "name": "odd", "pid": 0, "tid": 0, "ts": 30}, cpu("aten::relu", 40, 5)]
+    path = write_trace(tmp_path / "rank0.json", events, gz=False)
+    whole = reader.read_tables(path, default_rank=0, host_ops=reads_host_op)
+    _assert_same(_tables(path, 2), whole)
+    assert len(whole.ops) == 4
+
+
+@pytest.mark.parametrize("name", ["nccl_a100_2rank", "amd_mi250", "alexnet_1gpu", "cpu_only_gloo"])
+@pytest.mark.parametrize("host_ops", [reads_host_op, None])
+def test_real_traces_read_the_same_with_helpers(name, host_ops):
+    files = sorted(glob.glob(str(SHARED / name / "*.json*")))
+    if not files:
+        pytest.skip(f"{SHARED / name} is not beside the project")
+    _assert_same(_tables(files[0], 1, host_ops, chunk_events=300), _tables(files[0], 3, host_ops, chunk_events=300))
+
+
+def test_decode_workers_must_be_positive():
+    with pytest.raises(ValueError, match="decode_workers"):
+        ReadOptions(decode_workers=0)
+
+
+@pytest.mark.parametrize("files, workers, decode", [(1, 4, 4), (2, 4, 2), (3, 4, 1), (1, 1, 1)])
+def test_the_engine_gives_each_file_the_cores_left(tmp_path, monkeypatch, files, workers, decode):
+    # workers // files helpers per file, at least 1 (1 file of 4 cores: 4; 3 files: 1 each, as 4 // 3 is 1).
+    seen = []
+    monkeypatch.setattr(engine, "analyze_rank", lambda path, config, default_rank, n=1: seen.append(n) or n)
+    paths = [write_trace(tmp_path / f"rank{i}.json", [kernel("k", 0, 5)], rank=i) for i in range(files)]
+    monkeypatch.setattr(engine, "ProcessPoolExecutor", _InProcess)
+    outcomes = [None] * files
+    engine._run_local(paths, None, None, engine.EngineOptions(workers=workers), list(range(files)), outcomes,
+                      lambda: None, None, [None] * files)
+    assert seen == [decode] * files
+
+
+class _InProcess:
+    """A ProcessPoolExecutor stand-in that runs each task at once, here (so the test can see its arguments)."""
+
+    def __init__(self, max_workers, mp_context=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        future.set_result(fn(*args))
+        return future

@@ -1,0 +1,79 @@
+"""A streamed trace's chunks turned into columns by a pool of helper processes, with the result of one process.
+
+Decoding a chunk and making its columns is most of the time a large trace takes to read, and chunks are
+independent but for one fact: once a device event has been seen, CPU ops start being left out
+(``columns._NameFilter``). Each chunk is sent with what is known of that fact when it is sent, the device events seen
+in the chunks already back. A chunk sent before an earlier one turned out to hold the first device event is made
+again with the true state, here. That happens to at most the chunks in flight, once per trace, and every chunk's
+columns are those the one-process read makes (``columns.collect_parts``).
+
+    parts = collect_parallel(stream.chunks(), reader._complete_events, host_ops, workers=4)
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Iterable
+
+from tracekit.read.columns import _chunk_columns, _NameFilter
+from tracekit.read.opcolumns import memory_columns, op_columns
+
+_IN_FLIGHT = 2  # chunks per helper: enough to keep each busy, few enough to bound the bytes waiting
+_FILTERS: dict = {}  # host_ops -> its _NameFilter, kept in each helper: a name is asked about once per process
+
+
+def collect_parallel(pieces: Iterable[bytes], decode: Callable, host_ops, workers: int) -> tuple[list, list, list]:
+    """``columns.collect_parts`` of the chunks ``pieces`` (each the bytes of a JSON array of events, decoded by
+    ``decode`` into (complete events, memory events)), made by ``workers`` helper processes; in chunk order."""
+    parts, ops, memory = [], [], []
+    seen = False  # a device event in the chunks whose columns are in
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context()) as pool:
+        pending: deque = deque()
+
+        def take() -> None:
+            nonlocal seen
+            piece, future, sent = pending.popleft()
+            op, part, mem, device = future.result()
+            if sent != seen:  # an earlier chunk held the first device event: make this one as one process would
+                op, part, mem, device = chunk_columns(piece, decode, host_ops, seen)
+            ops.append(op)
+            parts.append(part)
+            memory.append(mem)
+            seen = seen or device
+
+        try:
+            for piece in pieces:
+                pending.append((piece, pool.submit(chunk_columns, piece, decode, host_ops, seen), seen))
+                while len(pending) >= _IN_FLIGHT * workers:
+                    take()
+            while pending:
+                take()
+        except BaseException:
+            for _, future, _ in pending:
+                future.cancel()
+            raise
+    return parts, ops, memory
+
+
+def chunk_columns(piece: bytes, decode: Callable, host_ops, device_seen: bool) -> tuple[dict, dict, dict, bool]:
+    """(op columns, event columns, memory columns, device event seen by its end) of one chunk, read after chunks
+    that held a device event (``device_seen``) or not."""
+    events, instants = decode(piece)
+    keep = _FILTERS.get(host_ops)
+    if keep is None:
+        keep = _FILTERS[host_ops] = _NameFilter(host_ops)
+    keep.device_seen = device_seen
+    op = op_columns(events)
+    part = _chunk_columns(events, keep)
+    return op, part, memory_columns(instants), keep.device_seen
+
+
+def context():
+    """fork where it is safe (a single-threaded process on Linux): helpers start in milliseconds, imports done."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
