@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:  # the app is a folder of the repository, not an i
     sys.path.insert(0, str(REPO))
 from app import fmt, paths  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
-from tracekit.render import charts, charts_ops  # noqa: E402
+from tracekit.render import charts, charts_ops, charts_roofline  # noqa: E402
 from test_charts_ops import write_memory_run  # noqa: E402
 
 MAIN = str(REPO / "app" / "main.py")
@@ -161,7 +161,7 @@ def check_ops_and_memory_pages(at: AppTest, summary, rank: int) -> None:
     notes = [t.attrs["note"] for t in (kernels, ops) if t.empty]
     assert all(any(n in box.value for box in at.info) for n in notes)
     assert [f["layout"]["title"]["text"].split("<br>")[0] for f in figures(at)] == [
-        charts_ops.roofline(summary, rank).layout.title.text.split("<br>")[0],
+        charts_roofline.roofline(summary, rank).layout.title.text.split("<br>")[0],
         charts_ops.op_time_per_step(summary, rank).layout.title.text]
     at.radio(key="ops_group").set_value("name + input shapes").run()
     no_exception(at)

@@ -234,7 +234,7 @@ def test_docstring_examples_run(monkeypatch):
 
 def every_figure(tmp_path):
     """Every chart of tracekit/render/charts*.py and the timeline, on the tiny Summary and on a tiny real run."""
-    from tracekit.render import charts_ops, charts_run
+    from tracekit.render import charts_ops, charts_roofline, charts_run
 
     small = tiny_summary()
     run = tracekit.summarize(write_tiny_run(tmp_path / "tiny"), cache=False, workers=1)
@@ -248,7 +248,7 @@ def every_figure(tmp_path):
         "busbw_vs_size": charts.busbw_vs_size(small), "wait_vs_transfer": charts.wait_vs_transfer(small),
         "gap_histogram": charts.gap_histogram(small), "idle_by_cause": charts.idle_by_cause(small),
         "compare_bars": charts.compare_bars(table), "allranks_timeline": charts_run.allranks_timeline(run, 2),
-        "whatif_bars": charts_run.whatif_bars(whatif, 1000.0), "roofline": charts_ops.roofline(run, 0),
+        "whatif_bars": charts_run.whatif_bars(whatif, 1000.0), "roofline": charts_roofline.roofline(run, 0),
         "op_time_per_step": charts_ops.op_time_per_step(run, 0), "memory_over_time": charts_ops.memory_over_time(run, 0),
         "timeline": timeline.figure(timeline.bars(lanes, 0, 1000), 0, 1000),
     }

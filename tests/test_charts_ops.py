@@ -11,7 +11,7 @@ import pytest
 
 import tracekit
 from tracedata import cpu, kernel, launch, step, write_trace
-from tracekit.render import charts_ops, report
+from tracekit.render import charts_ops, charts_roofline, report
 
 A100 = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_899_345_920, "computeMajor": 8}]
 ADDMM = {"Input Dims": [[32], [64, 128], [128, 32], [], []], "Input type": ["float", "float", "float", "Scalar", "Scalar"]}
@@ -79,7 +79,7 @@ def points(fig) -> dict[str, tuple]:
 
 
 def test_the_roofline_points_sit_at_each_ops_intensity_and_achieved_rate(a100):
-    fig = charts_ops.roofline(a100, 0)
+    fig = charts_roofline.roofline(a100, 0)
     got = points(fig)
     assert set(got) == {"aten::addmm", "aten::add"}
     x, y, extra = got["aten::addmm"]
@@ -93,7 +93,7 @@ def test_the_roofline_points_sit_at_each_ops_intensity_and_achieved_rate(a100):
 
 
 def test_the_roofs_are_the_a100s_2039_gbs_and_fp32_peak(a100):
-    fig = charts_ops.roofline(a100, 0)
+    fig = charts_roofline.roofline(a100, 0)
     lines = {t.name: t for t in fig.data if t.mode == "lines"}
     assert set(lines) == {"memory roof (2,039 GB/s)", "fp32 roof (19.5 TFLOPS/s)"}
     memory = lines["memory roof (2,039 GB/s)"]
@@ -106,14 +106,14 @@ def test_the_roofs_are_the_a100s_2039_gbs_and_fp32_peak(a100):
 
 
 def test_without_a_known_device_there_are_no_roofs_and_the_subtitle_says_why(cpu_only, tmp_path):
-    fig = charts_ops.roofline(cpu_only, 0)
+    fig = charts_roofline.roofline(cpu_only, 0)
     assert not [t for t in fig.data if t.mode == "lines"]
     assert "CPU-only" in fig.layout.title.text
     # On the CPU the rate is over host time: 50 us per addmm.
     assert points(fig)["aten::addmm"][1] == pytest.approx(ADDMM_FLOPS / 50e-6 / 1e12)
     mystery = tracekit.summarize(write_memory_run(tmp_path, [{"id": 0, "name": "Mystery GPU 9000"}]), cache=False,
                                  workers=1)
-    fig = charts_ops.roofline(mystery, 0)
+    fig = charts_roofline.roofline(mystery, 0)
     assert not [t for t in fig.data if t.mode == "lines"] and len(points(fig)) == 2
     assert "'Mystery GPU 9000' is not in tracekit's datasheet table" in fig.layout.title.text
 
@@ -121,7 +121,7 @@ def test_without_a_known_device_there_are_no_roofs_and_the_subtitle_says_why(cpu
 def test_a_roofline_without_shapes_says_why(tmp_path):
     bare = [step(1, 0, 1000), step(2, 1000, 1000), cpu("aten::mm", 10, 50)]  # no Input Dims: record_shapes off
     write_trace(tmp_path / "rank-0.json.gz", bare, rank=0, world_size=1)
-    fig = charts_ops.roofline(tracekit.summarize(tmp_path, cache=False, workers=1), 0)
+    fig = charts_roofline.roofline(tracekit.summarize(tmp_path, cache=False, workers=1), 0)
     assert not fig.data and "record_shapes=True was off" in fig.layout.annotations[0].text
 
 

@@ -110,6 +110,34 @@ def test_the_table_needs_the_ep_namespace_or_shape(name, op):
     assert ep_kernel_op(name) == op
 
 
+@pytest.mark.parametrize("name, op", [
+    # deep_ep:: then one of its kernel namespaces (intranode, internode*, ep, elastic), then dispatch/combine...
+    ("void deep_ep::internode::dispatch<false, 8, 7168>(int4*, float*)", "all_to_all"),
+    ("void deep_ep::ep::dispatch_copy_epilogue_impl<true, false>(void*)", "all_to_all"),  # v2: dispatch\w*
+    ("void deep_ep::elastic::hybrid_combine_impl<8, 7168>(void*)", "all_to_all"),
+    ("void deep_ep::internode_ll_two_stage::dispatch<3>(void*)", "all_to_all"),  # a fork's internode variant
+    ("void paddle::deep_ep::internode_ll::combine<8>(void*)", "all_to_all"),  # deep_ep inside a framework's namespace
+    ("void deep_ep::intranode::barrier<8>(int**, int)", "barrier"),
+    # ... or a fork that renames deep_ep to ep, at the top or one level down
+    ("void dpsk::ep::intranode::combine<__nv_bfloat16, 8>(int4*)", "all_to_all"),
+    ("void ep::internode::notify_dispatch<8>(int const*)", "all_to_all"),
+    # an ep segment deeper than one level below the top: not DeepEP's shape
+    ("void at::native::ep::internode::dispatch<float>(float*)", None),
+    ("void at::native::ep::intranode::combine<float>(float*)", None),
+    # an ep namespace without a node namespace, deep_ep without a kernel namespace, or a look-alike of deep_ep
+    ("void at::native::ep::foo<int>(int)", None), ("void my::ep::dispatch<int>(int*)", None),
+    ("void deep_ep::dispatch<8>(int4*)", None), ("void deep_ep::layout::dispatch_layout<256>(long const*)", None),
+    ("void deep_ep_utils::intranode::dispatch<8>(int4*)", None), ("void mydeep_ep::internode::combine<8>(int4*)", None),
+    # words ending in "ep", with or without dispatch/combine in them
+    ("sleep", None), ("step", None), ("keep", None), ("void sleep_kernel<int>(int)", None),
+    ("void keep_dispatch_kernel<int>(int)", None), ("void step::combine<int>(int)", None),
+])
+def test_deepep_needs_its_namespace_and_a_node_namespace(name, op):
+    """Each name worked out from ``_DEEP_EP``: ``(ns::)*deep_ep::{intranode,internode*,ep,elastic}::`` or
+    ``(ns::)?ep::{intra,inter}node*::``, then the kernel's word."""
+    assert ep_kernel_op(name) == op
+
+
 def test_nvshmem_all_to_all_is_measured_with_nan_bytes(tmp_path):
     # One NVSHMEM all-to-all [100, 200) beside a GEMM [0, 150) in one step: comm 100, overlap 50 (50%).
     events = [step(1, 0, 1000), launch(1, 1), kernel(GEMM, 0, 150, correlation=1),

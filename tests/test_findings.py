@@ -96,11 +96,14 @@ def test_all_to_all_advice_names_a_training_pipeline_only_when_a_rank_trains(tmp
 
 @pytest.mark.parametrize("marker", ["DistributedDataParallel.forward", "torch.distributed.ddp.reducer::copy_bucket_to_grad"])
 def test_ddp_all_reduce_gets_ddp_knobs(tmp_path, marker):
-    # All communication is all_reduce; DDP shows itself by its forward or by its reducer's ops.
+    # All communication is all_reduce; DDP shows itself by its forward or by its reducer's ops. The reducer runs in
+    # backward, inside autograd's engine: its node is there too, so the rank trains (a forward-only rank gets no
+    # gradient knobs: tests/test_inference_advice.py).
     events = [step(i + 1, i * 1000, 1000) for i in range(3)]
     for base in (0, 1000):
         events += [kernel("gemm_f16", base, 400), comm("all_reduce", base + 400, 400),
-                   cpu(marker, base + 5, 50, cat="cpu_op" if "reducer" in marker else "user_annotation")]
+                   cpu(marker, base + 5, 50, cat="cpu_op" if "reducer" in marker else "user_annotation"),
+                   cpu("autograd::engine::evaluate_function: AddmmBackward0", base + 300, 50)]
     s = run(tmp_path, {0: events, 1: events})
     assert s.ranks["ddp"].tolist() == [True, True]
     f = only(s, "exposed_comm")

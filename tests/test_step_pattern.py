@@ -170,13 +170,15 @@ def test_whatif_says_why_its_predictions_are_unknown(tmp_path, capsys):
     assert [line.split()[1:] for line in lines[1:7]] == [["unknown"] * 4] * 6
     assert lines[7:] == ["unknown: rank 0: no steps found in the trace (step_source: none); a what-if replay needs "
                          "steps; see --step-pattern"]
-    # --json: the records keep their shape (all null), the reason goes to stderr.
+    # --json: the records (all null) carry the table's reason, and stderr says it too.
     assert main(["whatif", str(bare), "--json", *flags]) == 0
     out = capsys.readouterr()
     records = json.loads(out.out)
     assert [r["scenario"] for r in records] == list(SCENARIOS)
-    assert all(set(r) == {"scenario", "step_time_us", "speedup", "saving_us", "saving_pct"} for r in records)
+    assert all(set(r) == {"scenario", "step_time_us", "speedup", "saving_us", "saving_pct", "reason"} for r in records)
     assert all(r["step_time_us"] is None for r in records)
+    assert {r["reason"] for r in records} == {"rank 0: no steps found in the trace (step_source: none); a what-if "
+                                              "replay needs steps; see --step-pattern"}
     assert ("tracekit: note: unknown: rank 0: no steps found in the trace (step_source: none); a what-if replay needs "
             "steps; see --step-pattern") in out.err.splitlines()
     # A step pattern that matches nothing: the reason is the source the Summary holds.

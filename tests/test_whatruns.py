@@ -335,6 +335,51 @@ def test_annotations_without_cpu_ops_have_unknown_flops_and_mfu(tmp_path):
     assert (row["matmul_flops_per_step"], row["mfu_pct"]) == ("unknown", "unknown")
 
 
+UNUSABLE_OPS = ("CPU ops were recorded, but none had a usable duration (all dropped for no, negative or impossible "
+                "durations): the operators' FLOPs cannot be counted, so FLOPs and MFU are unknown")
+
+
+@pytest.mark.parametrize("dur", [-1, None])  # an unfinished op (dur -1), and one written with no dur at all
+def test_operators_none_of_a_usable_duration_have_unknown_flops_and_say_why(tmp_path, dur):
+    """The three annotated gemm steps with one bf16 aten::mm [512, 1024] x [1024, 256] per step whose duration is
+    unusable: the reader drops all 3 (dropped_events 3), which leaves the annotations alone, so every step's FLOPs,
+    the rank's FLOPs per step and MFU are unknown (NaN), not 0 and not 3 x 268,435,456. The note says the operators
+    were recorded (record_shapes was on: shapes_recorded is True) but unusable, not that none was recorded."""
+    from tracekit import quality
+
+    events = _annotated_gemms()
+    for k in (1, 2, 3):
+        mm = cpu("aten::mm", (k - 1) * 1000 + 30, dur, **{
+            "External id": k, "Input Dims": [[512, 1024], [1024, 256]], "Input type": ["c10::BFloat16"] * 2})
+        events.append({key: v for key, v in mm.items() if v is not None})
+    s = _gpu_run(tmp_path, events, deviceProperties=H100)
+    assert s.steps["matmul_flops"].isna().all() and s.steps["mfu_pct"].isna().all()
+    assert math.isnan(s.ranks.loc[0, "matmul_flops_per_step"]) and math.isnan(s.ranks.loc[0, "mfu_pct"])
+    q = s.data_quality.iloc[0]
+    assert (q["dropped_events"], q["shapes_recorded"], q["operators_unusable"]) == (3, True, True)
+    notes = quality.notes(s.data_quality)
+    assert f"rank 0: {UNUSABLE_OPS}" in notes and not any(NO_CPU_OPS in n for n in notes)
+    assert UNUSABLE_OPS in str(s)
+
+
+def test_one_usable_operator_keeps_flops_known_and_no_unusable_note(tmp_path):
+    """The same steps with the step-1 mm usable (dur 40) and the step-2 one unfinished (dur -1): the 1 operator left
+    counts 2 * 512 * 256 * 1024 = 268,435,456 FLOPs in step 1 and a known 0 in step 2, and no note says the
+    operators were unusable (the dropped-events note says 1 was dropped)."""
+    from tracekit import quality
+
+    events = _annotated_gemms()
+    for k, dur in ((1, 40), (2, -1)):
+        events.append(cpu("aten::mm", (k - 1) * 1000 + 30, dur, **{
+            "External id": k, "Input Dims": [[512, 1024], [1024, 256]], "Input type": ["c10::BFloat16"] * 2}))
+    s = _gpu_run(tmp_path, events, deviceProperties=H100)
+    steps = s.steps.set_index("step")
+    assert steps.loc[1, "matmul_flops"] == 268_435_456 and steps.loc[2, "matmul_flops"] == 0
+    q = s.data_quality.iloc[0]
+    assert (q["dropped_events"], q["operators_unusable"]) == (1, False)
+    assert not any(UNUSABLE_OPS in n or NO_CPU_OPS in n for n in quality.notes(s.data_quality))
+
+
 @pytest.mark.parametrize("cat", ["cpu_op", "Operator"])  # today's category, and older Kineto's name for it
 def test_one_mm_beside_the_annotations_counts_its_flops_by_hand(tmp_path, cat):
     """Rank 0: the same trace with one bf16 aten::mm [M, K] x [K, N] = [512, 1024] x [1024, 256] in step 1, which
@@ -390,7 +435,9 @@ def test_training_is_unknown_without_operators_and_known_with_them(tmp_path):
     trace cannot tell inference from training, so it keeps the training advice."""
     mm = cpu("aten::mm", 30, 40, **{"External id": 11})
     backward = cpu("autograd::engine::evaluate_function: MmBackward0", 1100, 40)
-    for case, extra, expected in (("none", [], None), ("forward", [mm], False), ("train", [mm, backward], True)):
+    reducer = cpu("torch.distributed.ddp.reducer::copy_bucket_to_grad", 1200, 5)  # DDP's reducer: backward only
+    for case, extra, expected in (("none", [], None), ("forward", [mm], False), ("train", [mm, backward], True),
+                                  ("reducer", [mm, reducer], True)):
         write_trace(tmp_path / case / "rank-0.json.gz", [*extra, *_annotated_gemms()], rank=0, world_size=1,
                     deviceProperties=H100)
         training = tracekit.summarize(tmp_path / case, cache=False, workers=1).ranks.loc[0, "training"]

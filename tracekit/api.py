@@ -108,10 +108,15 @@ def whatif(run: Summary | str | Path, scenarios=predict.SCENARIOS, compute_scale
            **summarize_kwargs) -> pd.DataFrame:
     """``tracekit.predict.scenarios.whatif`` of a Summary, or of a run folder summarized with ``summarize_kwargs``.
 
+    One row per scenario; where step_time_us is NaN (the trace cannot tell), ``reason`` says why (the data-quality
+    notes that the CLI prints under its table), '' where it is known.
+
     Example:
       >>> table = whatif("sample_traces/gpt-gloo-2rank-straggler", ["baseline", "no_straggler"], cache=False)
-      >>> list(table.columns[:3])
-      ['scenario', 'step_time_us', 'speedup']
+      >>> list(table.columns)
+      ['scenario', 'step_time_us', 'speedup', 'saving_us', 'saving_pct', 'reason']
+      >>> table["reason"].tolist()  # both predicted
+      ['', '']
     """
     return predict.whatif(_summary(run, summarize_kwargs), scenarios, compute_scale)
 
@@ -175,7 +180,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
                    findings=memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
-                                                                        fsdp, steps), tables["memory"], steps,
+                                                                        fsdp, steps, ranks), tables["memory"], steps,
                                                    training=trains(ranks)),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, **tables)
     stage("replaying")

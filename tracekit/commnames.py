@@ -35,7 +35,12 @@ COMM_ANNOTATION = re.compile(r"^(nccl|rccl|gloo):")
 # compute. CUPTI names a template kernel ``void ns::f<...>(args)``: the optional ``void `` and the anchor at the start
 # keep an argument's type from matching.
 _KERNEL = r"^(?:void )?"
-_DEEP_EP = _KERNEL + r"(?:\w+::)*(?:deep_ep::(?:\w+::)*|ep::(?:intra|inter)node(?:_ll)?::)"
+# DeepEP's kernels sit in deep_ep::<one of its kernel namespaces>::, those namespaces being intranode, internode and
+# their variants (internode_ll, forks' internode_ll_two_stage), v2's ep and elastic; a fork may rename deep_ep to
+# ep, at the top or one level down (dpsk::ep::internode::). Not any namespace chain ending in ep
+# (at::native::ep::internode::), nor deep_ep's other namespaces (layout: local token counting).
+_NODE = r"(?:intra|inter)node\w*"
+_DEEP_EP = _KERNEL + rf"(?:(?:\w+::)*deep_ep::(?:{_NODE}|ep|elastic)|(?:\w+::)?ep::{_NODE})::"
 _END = r"\w*(?![\w:])"
 
 
@@ -46,9 +51,9 @@ def _nvshmem(word: str) -> str:
 
 EP_KERNELS = (
     # DeepEP (deepseek-ai/DeepEP): deep_ep::{intranode,internode,internode_ll}::dispatch/combine,
-    # v2's deep_ep::ep::dispatch_impl, hybrid_dispatch_impl, dispatch_copy_epilogue_impl (the tail of dispatch), and
-    # forks that rename the top namespace (dpsk::ep::internode::dispatch<...>). Not deep_ep::layout::get_dispatch_layout
-    # (it counts tokens per rank locally).
+    # v2's deep_ep::ep::dispatch_impl, hybrid_dispatch_impl, dispatch_copy_epilogue_impl (the tail of dispatch),
+    # deep_ep::elastic::hybrid_combine_impl, and forks that rename the top namespace
+    # (dpsk::ep::internode::dispatch<...>). Not deep_ep::layout::get_dispatch_layout (it counts tokens locally).
     (_DEEP_EP + r"(?:hybrid_)?(?:dispatch|combine)" + _END, "all_to_all"),
     # DeepEP's notify_dispatch / notify_combine: every rank sends every other its token counts.
     (_DEEP_EP + r"notify_(?:dispatch|combine)" + _END, "all_to_all"),

@@ -54,7 +54,8 @@ OP_SHAPE_COLUMNS = {"rank": "rank", "name": "op or annotation name", "input_dims
 # Per rank and step, added to summary.steps.
 STEP_FLOP_COLUMNS = {
     "rank": "rank", "step": "ProfilerStep number",
-    "matmul_flops": "counted FLOPs of the ops that started in the step (0: none; NaN on a rank with no cpu_op)",
+    "matmul_flops": "counted FLOPs of the ops that started in the step (0: none; NaN on a rank with no cpu_op, or "
+                    "none of a usable duration)",
     "matmul_at_peak_us": "the time those FLOPs take at the device's dense peak for each op's dtype",
 }
 # summary.memory: one row per rank x device x step, from profile_memory's [memory] events.

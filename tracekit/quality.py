@@ -31,9 +31,11 @@ def capture_notes(data_quality: pd.DataFrame) -> list[str]:
     return _grouped(data_quality, _capture_notes)
 
 
-def whatif_notes(data_quality: pd.DataFrame) -> list[str]:
+def whatif_notes(data_quality: pd.DataFrame, scenario: str | None = None) -> list[str]:
     """Why ``tracekit.whatif`` predicts ``unknown``, from the facts the table holds (no rank with steps, device
     ranks whose kernels were not collected), one line per distinct reason naming its ranks; empty: no such fact.
+    ``scenario``: only the reasons that unknow that scenario (missing kernels leave the ``baseline`` known); None:
+    every reason.
 
     Example:
       >>> whatif_notes(pd.DataFrame({"rank": [0], "step_source": ["none"]}))
@@ -42,16 +44,16 @@ def whatif_notes(data_quality: pd.DataFrame) -> list[str]:
     sources = data_quality["step_source"].astype(str) if "step_source" in data_quality else pd.Series(dtype=str)
     # Steps missing on some ranks unknow nothing while others have them: the replay runs over those.
     stepless = len(sources) > 0 and bool((sources.eq("none") | sources.str.startswith("none: ")).all())
-    return _grouped(data_quality, lambda row: _whatif_notes(row, stepless))
+    return _grouped(data_quality, lambda row: _whatif_notes(row, stepless, scenario != "baseline"))
 
 
-def _whatif_notes(row: dict, stepless: bool) -> list[str]:
+def _whatif_notes(row: dict, stepless: bool, changed: bool = True) -> list[str]:
     source = str(row.get("step_source") or "")
     out = []
     if stepless:
         out.append(f"no steps found in the trace (step_source: {source}); a what-if replay needs steps; "
                    "see --step-pattern")
-    if row.get("device_events_absent") is True:
+    if changed and row.get("device_events_absent") is True:
         out.append("a device trace without device events (kernels not collected): what a change does to the "
                    "device work is unknown, so every scenario but the baseline is")
     return out
@@ -157,6 +159,9 @@ def _row_notes(row: dict) -> list[str]:
     elif "shapes_recorded" in row and pd.isna(row["shapes_recorded"]):  # missing: the trace has no CPU op
         out.append("no CPU ops recorded (no cpu_op events; annotations such as ProfilerStep are not ops): the "
                    "operators' FLOPs cannot be counted, so FLOPs and MFU are unknown")
+    if row.get("operators_unusable") is True:
+        out.append("CPU ops were recorded, but none had a usable duration (all dropped for no, negative or "
+                   "impossible durations): the operators' FLOPs cannot be counted, so FLOPs and MFU are unknown")
     if row.get("memory_events") == 0:
         out.append("no [memory] events (profile_memory was off): the memory tables are empty")
     if str(row.get("device_peaks") or "").startswith("unknown"):

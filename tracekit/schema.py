@@ -170,6 +170,7 @@ DATA_QUALITY_COLUMNS = {
                          "0..world_size-1: suspicious, still used as stated; '' when it lies inside or can't be checked",
     "shapes_recorded": "CPU ops carry Input Dims (record_shapes=True); False: sizes that need them are unknown; "
                        "missing when the trace has no CPU op (annotations are not ops): FLOPs and MFU unknown",
+    "operators_unusable": "CPU ops recorded, but none with a usable duration (all dropped): FLOPs and MFU unknown",
     "memory_events": "profile_memory's [memory] events in the trace (0: profile_memory was off)",
     "device_peaks": "the datasheet entry the device matched (tracekit.devices), 'unknown: <name>' when none, "
                     "'' on a CPU-only rank",
@@ -181,7 +182,6 @@ DATA_QUALITY_COLUMNS = {
     "missing_steps": "step numbers the rank's trace lacks though another rank or its own numbering has them "
                      "(tracekit.quality.missing_steps), comma-separated; '' none",
 }
-
 
 GAP_COLUMNS = {
     "rank": "rank", "start_us": "gap start, from the run's origin", "dur_us": "gap length",
@@ -296,5 +296,5 @@ WHATIF_COLUMNS = {
     "scenario": "baseline, no_straggler, comm_x<k>, perfect_overlap, no_host_gaps or no_data_wait",
     "step_time_us": "replayed mean step time: mean over ranks of each rank's mean window step",
     "speedup": "baseline step_time_us / this one", "saving_us": "baseline - this, per step",
-    "saving_pct": "saving_us / baseline x 100",
+    "saving_pct": "saving_us / baseline x 100", "reason": "'' where known, else why not (predict.scenarios.whatif)",
 }

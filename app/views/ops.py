@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import fmt, state
 from tracekit import fmt as fmt_num
-from tracekit.render import charts_ops
+from tracekit.render import charts_ops, charts_roofline
 
 GROUPS = {"name": False, "name + input shapes": True}
 
@@ -60,5 +60,5 @@ else:
     fmt.table(ops, key=f"ops_table_{by_shape}")
 
 left, right = st.columns(2)
-left.plotly_chart(charts_ops.roofline(s, rank, by_shape), key=f"ops_roofline_{rank}_{by_shape}")
+left.plotly_chart(charts_roofline.roofline(s, rank, by_shape), key=f"ops_roofline_{rank}_{by_shape}")
 right.plotly_chart(charts_ops.op_time_per_step(s, rank), key=f"ops_per_step_{rank}")

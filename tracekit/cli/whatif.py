@@ -1,8 +1,9 @@
 """``tracekit whatif RUN``: the predicted step time of the run under each scenario (``tracekit.predict.scenarios``).
 
 The text table is in the CLI's units (``tracekit.fmt``): step time and saving in ms, the saving also in % of the
-baseline step, the speed-up to 2 decimals (``1.04x``), ``unknown`` where the trace cannot tell. ``--json`` prints the
-table as it is (``step_time_us``, ``saving_us``: microseconds; NaN as null).
+baseline step, the speed-up to 2 decimals (``1.04x``), ``unknown`` where the trace cannot tell, and why under the table.
+``--json`` prints the table as it is (``step_time_us``, ``saving_us``: microseconds; NaN as null; ``reason``: why a
+record's prediction is unknown, '' where known), and the reasons on stderr too.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def add_whatif(commands) -> None:
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
     cmd.add_argument("--scenario", action="append", default=None, metavar="NAME",
                      help="a scenario to replay (repeatable; default: all of " + ", ".join(SCENARIOS) + ")")
-    add_json_options(cmd, "print the table as JSON records (times in microseconds)")
+    add_json_options(cmd, "print the table as JSON records (times in microseconds; reason: why a record "
+                          "is unknown, '' where known)")
     add_window_option(cmd)
     add_scale_options(cmd)
     cmd.set_defaults(run=whatif)
@@ -45,9 +47,11 @@ def whatif(args) -> int:
         table = predict(summary, scenarios=args.scenario or SCENARIOS)
     except ValueError as err:
         return fail(str(err))
-    # Why a prediction is unknown, from the Summary's data quality (nothing said where it knows no reason).
+    # Why a prediction is unknown, from the Summary's data quality (nothing said where it knows no reason): every
+    # note once, under the table. The table's reason column says it per row (these notes joined by '; ', which a note
+    # may hold itself: so they are not split back out of it).
     why = quality.whatif_notes(summary.data_quality) if table["step_time_us"].isna().any() else []
-    if args.json:  # the records keep their shape: the reason goes to stderr
+    if args.json:  # each record carries its reason (the table's column); the notes go to stderr as well
         sys.stdout.write(as_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
                                                    .to_dict("records")).decode(), args.indent))
         for line in why:

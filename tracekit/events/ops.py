@@ -10,7 +10,8 @@ events (for the kernels each op launched), the rank's steps, and the device's pe
 - flops, bytes: per call from the recorded shapes (``tracekit.events.flops``), summed; ``counted_flops`` only for
   the innermost matmul-class op of a call tree (a linear's addmm, not the linear too), which is what the run's
   FLOPs and MFU add up. A step no op started in has 0 FLOPs; a rank whose ops table holds annotations only (no
-  ``cpu_op``) has unknown (NaN) FLOPs in every step: no operator was recorded to count.
+  ``cpu_op``), or operators none of which has a usable duration (``usable``), has unknown (NaN) FLOPs in every
+  step: no operator is left to count.
 - achieved_tflops, achieved_gbps: from the op's device time on a device rank, its host time on a CPU-only rank.
 - roofline_us = max(flops / peak at its dtype, bytes / memory bandwidth); pct_of_roofline = roofline / measured
   time x 100 (TraceLens' "Pct Roofline"). NaN for an unknown device, dtype or shape.
@@ -211,8 +212,8 @@ def _every_step(flop_steps: pd.DataFrame, steps: pd.DataFrame, rank: int, operat
                 peaks_known: bool) -> pd.DataFrame:
     """FLOPs per step for every step of the rank. With operators (``cpu_op`` rows) recorded, a step none started in
     has a known 0 FLOPs (and 0 us at peak where the device's peaks are known, else unknown); with annotations only
-    (``ProfilerStep#N``, ``record_function``), no operator was recorded, so every step's FLOPs are unknown (NaN),
-    not 0."""
+    (``ProfilerStep#N``, ``record_function``) or with no operator of a usable duration left, nothing can be
+    counted, so every step's FLOPs are unknown (NaN), not 0."""
     every = pd.DataFrame({"rank": rank, "step": pd.unique(steps["step"]) if len(steps) else []})
     key = {"rank": np.int64, "step": np.int64}
     out = every.astype(key).merge(flop_steps.astype(key), on=["rank", "step"], how="left", indicator=True)

@@ -14,6 +14,7 @@ import pandas as pd
 from tracekit import fmt
 from tracekit.run.crossrank import MIN_TESTED, STRAGGLER_P
 from tracekit.findings.finding import VENDOR, Finding, gpu_vendor, holds_on_any, severity, share_of_span, trains
+from tracekit.findings.finding import trains_on
 
 EXPOSED_COMM_SHARE = (0.10, 0.25)     # medium, high
 STRAGGLER_WAIT_SHARE = (0.05, 0.20)   # of the median step time
@@ -48,6 +49,14 @@ _OP_ADVICE = {
                             "expert-parallel step) and fuse small exchanges into fewer calls, send less (fp8 dispatch, "
                             "quantized embedding tables), and balance the experts or tables so no rank sends more "
                             "than the others.",
+    # Forward only: no backward to prefetch for; parameters FSDP gathers again each forward can stay gathered instead.
+    "inference_all_gather": "all_gather / reduce_scatter in a forward-only run: sharded parameters (FSDP, ZeRO) that "
+                            "are gathered again each forward can stay gathered (FSDP2 reshard_after_forward=False, "
+                            "FSDP1 ShardingStrategy.SHARD_GRAD_OP: later forwards gather nothing, at the cost of the "
+                            "unsharded parameters' memory; a model that fits one device needs no sharding at all); "
+                            "otherwise prefetch the next gather while this layer computes (FSDP forward_prefetch=True), "
+                            "wrap larger units so calls are fewer and bigger, and keep the gathers (tensor-parallel "
+                            "ones too) inside a node when the job spans nodes.",
     "broadcast": "broadcast: send only what changed, once, outside the step.",
     "ddp_broadcast": "broadcast from DDP's buffer sync: DistributedDataParallel(broadcast_buffers=False) when the "
                      "buffers need no sync each step.",
@@ -58,6 +67,8 @@ _OP_ADVICE = {
              "batch them into fewer, larger calls.",
 }
 _ADVICE_KEY = {"reduce_scatter": "all_gather", "recv": "send"}
+# DDP advice that concerns its gradient reducer: a forward-only run under DDP has none, so it gets the op's own advice.
+_GRADIENT_ONLY = frozenset({"ddp_all_reduce"})
 
 
 def exposed_comm(ranks, collectives, stragglers, run):
@@ -104,7 +115,7 @@ def _op_advice(op: str, ddp: bool, training: bool = True) -> str:
     key = _ADVICE_KEY.get(op, op)
     if not training and f"inference_{key}" in _OP_ADVICE:
         return _OP_ADVICE[f"inference_{key}"]
-    if ddp and f"ddp_{key}" in _OP_ADVICE:
+    if ddp and f"ddp_{key}" in _OP_ADVICE and (training or f"ddp_{key}" not in _GRADIENT_ONLY):
         return _OP_ADVICE[f"ddp_{key}"]
     return _OP_ADVICE.get(key, _OP_ADVICE["other"])
 
@@ -134,12 +145,14 @@ def straggler(ranks, collectives, stragglers, run):
                 out.append(Finding("straggler", level, (int(row.rank),), f"{seen}; {waits}.", fix[0].upper() + fix[1:],
                                    evidence))
             else:
+                # DDP's buckets hold gradients: a forward-only rank has none to split into more collectives.
+                more = ("Profile more steps, or use smaller DDP buckets for more collectives per step, to confirm it"
+                        if trains_on(ranks, [row.rank]) else "Profile more steps to confirm it")
                 out.append(Finding(
                     "straggler_suspected", "low", (int(row.rank),),
                     f"{seen}: too little evidence to call it a straggler (that takes p < {STRAGGLER_P:g} over at least "
                     f"{MIN_TESTED} calls), but {waits}.",
-                    "Profile more steps, or use smaller DDP buckets for more collectives per step, to confirm it; if it "
-                    "holds, " + fix, evidence))
+                    more + "; if it holds, " + fix, evidence))
     return out
 
 
@@ -164,7 +177,9 @@ def low_busbw(ranks, collectives, stragglers, run):
     hit = sorted(int(r) for r in calls["rank"].unique())
     vendor = VENDOR[gpu_vendor(ranks, run.device_names)]
     ddp = holds_on_any(ranks, hit, "ddp")
-    size = "keep DDP's buckets large enough (bucket_cap_mb) " if ddp else "send fewer, larger all-reduces "
+    # DDP's buckets are its gradients' all-reduces: on forward-only ranks the large all-reduces are someone else's.
+    buckets = ddp and trains_on(ranks, hit)
+    size = "keep DDP's buckets large enough (bucket_cap_mb) " if buckets else "send fewer, larger all-reduces "
     return [Finding(
         "low_busbw", "medium", tuple(hit),
         f"Large all-reduces reach a median bus bandwidth of {achieved:.0f} GB/s, {achieved / link:.0%} of the "

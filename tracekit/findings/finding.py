@@ -52,6 +52,13 @@ def trains(ranks: pd.DataFrame) -> bool:
     return "training" not in ranks or bool(ranks["training"].fillna(True).astype(bool).any())
 
 
+def trains_on(ranks: pd.DataFrame | None, hit) -> bool:
+    """``trains`` of the ranks ``hit``: False only where every one of them is known to run forward only (no table,
+    or none of them in it: unknown, which counts as training)."""
+    rows = ranks[ranks["rank"].isin([int(r) for r in hit])] if ranks is not None else None
+    return rows is None or rows.empty or trains(rows)
+
+
 def holds_on_any(ranks: pd.DataFrame, hit, column: str) -> bool:
     """Whether a host fact (``ddp``) holds on any of the ranks ``hit``; False when the table lacks it."""
     if column not in ranks:

@@ -7,7 +7,10 @@
   in the previous unit's reduction, waiting for a late peer) and delay no unit. The remedy follows where the wait
   is: late on-demand gathers -> prefetch more; the backward pass (parameters freed after forward) ->
   ``reshard_after_forward=False`` for the last units, which backward needs first; many small units -> fewer, larger.
-- ``fsdp_fp32_allgather``: parameters gathered in float32 while units wait for all-gathers: bf16 halves the bytes.
+  On a forward-only run (every hit rank's ``ranks.training`` False): no backward prefetch, and where a unit gathers
+  more than once in the window, keep it gathered (``reshard_after_forward=False``): later forwards then gather nothing.
+- ``fsdp_fp32_allgather``: parameters gathered in float32 while units wait for all-gathers: bf16 halves the bytes
+  (forward only: no gradient reduction dtype to name).
 - ``fsdp_exposed_reduce``: the last unit of backward reduces its gradients with no compute left to hide under.
 - ``fsdp_small_units``: units whose all-gather moves little and takes longer than the unit computes, measured on
   each request's fastest rank across ranks (``own_gathers``), so time spent waiting for a late peer does not count.
@@ -16,12 +19,13 @@ Thresholds are constants here; shares are of the rank's step time over the windo
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pandas as pd
 
-from tracekit.findings.finding import Finding, by_severity
+from tracekit.findings.finding import Finding, by_severity, trains_on
 
 EXPOSED_ALLGATHER_SHARE = (0.05, 0.20)  # of step time units wait for gathers: medium, high
 LATE_WAIT_SHARE = 0.001                 # low: of step time late on-demand gathers stall their units; under: noise
@@ -36,16 +40,26 @@ PREFETCH_REMEDY = ("prefetch more: FSDP2 block.set_modules_to_forward_prefetch([
 RESHARD_REMEDY = ("fully_shard(last blocks, reshard_after_forward=False): backward needs them first, so gathering "
                   "them again right after forward only adds exposed time (costs their unsharded memory)")
 LARGER_UNITS_REMEDY = "wrap fewer, larger units (several blocks per fully_shard) so each gather is bigger and rarer"
+# A forward-only run (inference): nothing to prefetch for backward, and parameters resharded after each forward are
+# gathered again by the next one, which keeping them gathered avoids.
+FORWARD_PREFETCH_REMEDY = ("prefetch more: FSDP2 block.set_modules_to_forward_prefetch([next blocks]); FSDP1 "
+                           "forward_prefetch=True")
+KEEP_GATHERED_REMEDY = ("keep the parameters gathered between forwards: fully_shard(..., reshard_after_forward=False) "
+                        "(or module.set_reshard_after_forward(False); FSDP1 ShardingStrategy.SHARD_GRAD_OP), so only "
+                        "the first forward gathers them (costs their unsharded memory; a model that fits one device "
+                        "needs no FSDP at all)")
 
 
-def merged(findings: tuple, fsdp: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
-    """``findings`` and the FSDP findings of ``fsdp`` together, most severe first."""
-    found = list(findings) + list(find(fsdp, steps))
+def merged(findings: tuple, fsdp: pd.DataFrame, steps: pd.DataFrame,
+           ranks: pd.DataFrame | None = None) -> tuple[Finding, ...]:
+    """``findings`` and the FSDP findings of ``fsdp`` together, most severe first (``ranks``: as in ``find``)."""
+    found = list(findings) + list(find(fsdp, steps, ranks))
     return by_severity(found)
 
 
-def find(fsdp: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
-    """The FSDP findings of a run (none without FSDP rows in the window)."""
+def find(fsdp: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame | None = None) -> tuple[Finding, ...]:
+    """The FSDP findings of a run (none without FSDP rows in the window). ``ranks``: the run's ranks table, whose
+    ``training`` words the advice for a forward-only run; None: unknown, the training advice."""
     if fsdp is None or fsdp.empty:
         return ()
     rows = fsdp[fsdp["in_window"].astype(bool)]
@@ -53,8 +67,9 @@ def find(fsdp: pd.DataFrame, steps: pd.DataFrame) -> tuple[Finding, ...]:
     step_us = kept.groupby("rank")["step_us"].sum()
     if rows.empty or step_us.empty:
         return ()
+    training = functools.partial(trains_on, ranks)  # hit ranks -> whether the advice is for training
     return tuple(f for check in (_exposed_allgather, _fp32_allgather, _exposed_reduce, _small_units)
-                 for f in check(rows, step_us))
+                 for f in check(rows, step_us, training))
 
 
 def _level(value: float, thresholds: tuple[float, float]) -> str | None:
@@ -67,7 +82,7 @@ def _per_rank_share(rows: pd.DataFrame, column: str, step_us: pd.Series) -> pd.S
     return (rows.groupby("rank")[column].sum() / step_us).dropna()
 
 
-def _exposed_allgather(rows, step_us):
+def _exposed_allgather(rows, step_us, training):
     share = _per_rank_share(rows, "wait_us", step_us)
     late = late_on_demand(rows)
     late_share = _per_rank_share(rows[late], "wait_us", step_us).reindex(share.index, fill_value=0.0)
@@ -87,8 +102,13 @@ def _exposed_allgather(rows, step_us):
     per_unit = per_unit[per_unit > 0]
     small = float(mine.loc[mine["gathers"] > 0, "allgather_bytes"].median()) < SMALL_UNIT_BYTES
     prefetch = late_wait > 0
-    remedies = ([PREFETCH_REMEDY] if prefetch else []) + \
-               ([RESHARD_REMEDY] if backward >= BACKWARD_SHARE else []) + ([LARGER_UNITS_REMEDY] if small else [])
+    if training(hit):
+        remedies = ([PREFETCH_REMEDY] if prefetch else []) + \
+                   ([RESHARD_REMEDY] if backward >= BACKWARD_SHARE else []) + ([LARGER_UNITS_REMEDY] if small else [])
+    else:  # forward only: a unit that gathers more than once was resharded after a forward and gathered again
+        again = bool((mine[mine["gathers"] > 0].groupby(["rank", "unit"], observed=True).size() > 1).any())
+        remedies = ([KEEP_GATHERED_REMEDY] if again else []) + ([FORWARD_PREFETCH_REMEDY] if prefetch else []) + \
+                   ([LARGER_UNITS_REMEDY] if small else [])
     units = ", ".join(f"{u} {_ms(v / steps)} ms" for u, v in per_unit.head(3).items())
     late_text = (f"; {late_per_step:.1f} gathers per step and rank were issued on demand after the first unit of "
                  f"their pass (an earlier unit could have prefetched them), and their units waited "
@@ -119,7 +139,7 @@ def late_on_demand(rows: pd.DataFrame) -> pd.Series:
     return (rows["prefetch"] == "on_demand") & (rows["order"] > first)
 
 
-def _fp32_allgather(rows, step_us):
+def _fp32_allgather(rows, step_us, training):
     fp32 = rows["allgather_dtype"].astype(str).str.lower().isin(FP32_NAMES) & (rows["gathers"] > 0)
     if not fp32.any():
         return []
@@ -134,12 +154,15 @@ def _fp32_allgather(rows, step_us):
         f"FSDP gathers parameters in float32 ({per_step.mean() / 1e6:.2f} MB per step and rank) while units wait "
         f"for all-gathers up to {worst:.0%} of the step time.",
         "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) halves the all-gather bytes "
-        "(FSDP1: MixedPrecision(param_dtype=torch.bfloat16)).",
+        "(FSDP1: MixedPrecision(param_dtype=torch.bfloat16))." if training(hit) else  # forward only: no reduction
+        "Gather in bf16: MixedPrecisionPolicy(param_dtype=torch.bfloat16) (FSDP1: MixedPrecision(param_dtype="
+        "torch.bfloat16)), or load the weights in bf16 before sharding them (model.to(torch.bfloat16)): either halves "
+        "the all-gather bytes.",
         {"share": worst, "allgather_bytes_per_step": float(per_step.mean()),
          "bytes_saved_per_step": float(per_step.mean()) / 2})]
 
 
-def _exposed_reduce(rows, step_us):
+def _exposed_reduce(rows, step_us, training):  # backward's reductions: a forward-only run has none
     bwd = rows[rows["phase"] == "backward"]
     if bwd.empty:
         return []
@@ -161,7 +184,7 @@ def _exposed_reduce(rows, step_us):
          "threshold": EXPOSED_REDUCE_SHARE, "units": units})]
 
 
-def _small_units(rows, step_us):
+def _small_units(rows, step_us, training):
     """Units whose gathers move under ``SMALL_UNIT_BYTES`` and cost more than the unit computes, judged on the
     gathers' own cost (``own_gathers``: the fastest rank's time of each matched request), not on time spent waiting
     for a late peer; at least two such units."""

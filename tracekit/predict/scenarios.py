@@ -27,12 +27,14 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit import quality as quality_notes
 from tracekit import schema
 from tracekit.predict import replay
 
 SCENARIOS = ("baseline", "no_straggler", "comm_x2", "perfect_overlap", "no_host_gaps", "no_data_wait")
-WHATIF_COLUMNS = list(schema.WHATIF_COLUMNS)
+WHATIF_COLUMNS = list(schema.WHATIF_COLUMNS)[:-1]  # the replay's (predict_graph); whatif adds the reason
 NO_GAIN_PCT = 1.0  # a predicted saving under this % of the step is worded as no measurable gain
+UNKNOWN_REASON = "unknown: the trace does not say why"  # whatif's reason where no fact of the Summary explains it
 _COMM_X = re.compile(r"^comm_x(\d+(?:\.\d+)?)$")
 # Which scenario predicts the saving of each finding's fix, and how to say it.
 _FIX = {"straggler": ("no_straggler", "removing rank {ranks}'s delay"),
@@ -53,7 +55,9 @@ def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None 
       compute_scale: rank -> factor applied to the compute nodes' own times in every scenario (e.g. to model a
         run where ranks compute more slowly); None for none.
     Returns a DataFrame: scenario, step_time_us (mean over ranks of the mean window step), speedup (baseline step
-    time / this one), saving_us and saving_pct (per step, against the baseline).
+    time / this one), saving_us and saving_pct (per step, against the baseline), reason ('' where step_time_us is
+    known; else why not: the data-quality notes that unknow the row, ``quality.whatif_notes``, joined by '; '; where
+    none applies, that the graph is empty, or ``UNKNOWN_REASON``).
 
     """
     table = predict_graph(summary.graph, _window(summary.steps), scenarios, compute_scale)
@@ -62,6 +66,10 @@ def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None 
         # A device rank whose kernels were not collected: what the device did is unknown, so is any change to it.
         changed = (table["scenario"] != "baseline").to_numpy()
         table.loc[changed, ["step_time_us", "speedup", "saving_us", "saving_pct"]] = np.nan
+    # The reason beside each unknown row, so a pandas user sees it too (the CLI prints these notes under its table).
+    empty = ["the run has no dependency graph to replay (no events that take time)"] if summary.graph.empty else []
+    table["reason"] = ["" if known else "; ".join(quality_notes.whatif_notes(quality, name) or empty)
+                       or UNKNOWN_REASON for name, known in zip(table["scenario"], table["step_time_us"].notna())]
     return table
 
 

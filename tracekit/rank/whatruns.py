@@ -8,7 +8,7 @@ import pandas as pd
 from tracekit import devices
 from tracekit.events.kernels import kernel_table
 from tracekit.events.memory import memory_table, memory_timeline, top_allocators
-from tracekit.events.ops import kernel_ops, launches, op_tables, precision_facts, usable
+from tracekit.events.ops import has_operators, kernel_ops, launches, op_tables, precision_facts, usable
 from tracekit.read.opcolumns import MEMORY_COLUMNS, OP_COLUMNS
 from tracekit.read.reader import RankMeta
 
@@ -41,7 +41,9 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     table["in_window"] = table["step"].isin(window["step"]) | (table["step"] < 0) if len(table) else []
     names = " / ".join(_names(meta)) or "unnamed"
     quality = {"memory_events": len(memory),
-               "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else ""}
+               "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else "",
+               # Operators recorded, none with a usable duration: op_tables counts none, so FLOPs and MFU are NaN.
+               "operators_unusable": has_operators(ops) and not has_operators(valid)}
     return {"kernels": kernel_table(events, window_device), "ops": by_name, "ops_by_shape": by_shape,
             "step_flops": step_flops, "op_steps": op_steps, "memory": table,
             "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),

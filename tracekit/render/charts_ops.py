@@ -1,5 +1,6 @@
-"""Charts and tables of what runs on one rank: its kernels, its operators on the device's roofline, each op's time
-per step, and its memory over time. Shared by the viewer's "Operators & kernels" and "Memory" pages and the report.
+"""Charts and tables of what runs on one rank: its kernels, its operators, each op's time per step, and its memory
+over time (its operators on the device's roofline: ``tracekit.render.charts_roofline``). Shared by the viewer's
+"Operators & kernels" and "Memory" pages and the report.
 
 Pure, like ``tracekit.render.charts``: a ``Summary`` and a rank in, a plotly ``Figure`` or a display DataFrame out.
 Display tables are in ms (totals), us (per call), MB, GB/s and TFLOPS/s, with long names shortened; an empty one
@@ -16,9 +17,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tracekit import devices
-from tracekit.events.flops import MATMUL_CLASS
 from tracekit.fmt import UNKNOWN, display_units, mb, ranks
-from tracekit.render.charts import LOG_AXIS, TITLE, TOP, TOP_NOTED
+from tracekit.render.charts import TITLE, TOP, TOP_NOTED
 
 KIND_COLORS = {"matmul": "#4C78A8", "conv": "#F58518", "attention": "#54A24B", "elementwise": "#B279A2",
                "norm": "#EECA3B", "other": "#9D755D"}
@@ -139,59 +139,6 @@ def op_table(summary, rank: int, by_shape: bool = False) -> pd.DataFrame:
         out[col.replace("_us", "_ms")] = ops[col].astype(float) / (1e3 if col.endswith("_us") else 1)
     key = out["device_self_ms" if device else "host_self_ms"].fillna(0)
     return out.iloc[np.argsort(-key.to_numpy(), kind="stable")].reset_index(drop=True)
-
-
-def roofline(summary, rank: int, by_shape: bool = False) -> go.Figure:
-    """The rank's ops on log-log axes: arithmetic intensity (FLOPs / bytes) against achieved TFLOPS/s, one trace per
-    op kind, with the device's memory roof (y = bandwidth x intensity) and a flat compute roof per dtype the ops ran
-    in. Ops whose FLOPs are all counted at an op inside them (a linear around its addmm) are left out."""
-    ops = _rows(summary.ops_by_shape if by_shape else summary.ops, rank)
-    title, fig = f"Roofline, rank {rank}: each op's achieved TFLOPS/s", go.Figure()
-    if ops.empty:
-        return _empty(fig, title, f"No host ops on rank {rank}.")
-    flops, nbytes = ops["flops"].astype(float), ops["bytes"].astype(float)
-    wrapper = ops["name"].isin(MATMUL_CLASS) & (ops["counted_flops"].astype(float) == 0)
-    keep = (flops > 0) & (nbytes > 0) & (ops["achieved_tflops"].astype(float) > 0) & ~wrapper
-    points = ops[keep.to_numpy()].assign(intensity=(flops / nbytes)[keep].to_numpy())
-    device, (peaks, why) = is_device_rank(summary, rank), device_peaks(summary, rank)
-    if points.empty:
-        shapes = _quality(summary, rank).get("shapes_recorded")
-        reason = ("record_shapes=True was off, so FLOPs and bytes are unknown" if shapes is False else
-                  "none of its ops is one tracekit has FLOPs for (matmul, conv, attention, elementwise, norm)")
-        return _empty(fig, title, f"No op with FLOPs and bytes on rank {rank}: {reason}.")
-    time = points["device_us" if device else "host_total_us"].astype(float) / 1e3
-    hover = pd.DataFrame({"name": points["name"].astype(str), "calls": points["calls"].astype(int),
-                          "dtype": points["dtype"].astype(object).fillna(UNKNOWN), "ms": time.to_numpy()})
-    kind = points["kind"].astype(object).fillna("other")
-    for name in [k for k in KIND_COLORS if k in set(kind)]:
-        part = (kind == name).to_numpy()
-        fig.add_scatter(x=points["intensity"][part], y=points["achieved_tflops"][part], mode="markers", name=name,
-                        marker=dict(color=KIND_COLORS[name], size=9, opacity=0.8), customdata=hover[part].to_numpy(),
-                        hovertemplate="%{customdata[0]}<br>%{customdata[1]} calls, %{customdata[2]}, "
-                                      f"%{{customdata[3]:,.3f}} ms {'device' if device else 'host'} time<br>"
-                                      "%{x:.3g} FLOP/byte, %{y:.3g} TFLOPS/s<extra>" + name + "</extra>")
-    lo, hi = points["intensity"].min() / 3, points["intensity"].max() * 3
-    if peaks is not None:
-        _roofs(fig, peaks, [devices.dtype_key(d) for d in points["dtype"].astype(object)], lo, hi)
-    fig.update_xaxes(**LOG_AXIS, title="arithmetic intensity (FLOP/byte)")
-    fig.update_yaxes(**LOG_AXIS, title="achieved TFLOPS/s")
-    note = why or f"{peaks.name}: {peaks.memory_gbps:,.0f} GB/s; dense peaks per dtype (tracekit.devices)"
-    return _layout(fig, title, note, height=480)
-
-
-def _roofs(fig: go.Figure, peaks: devices.DevicePeaks, keys: list, lo: float, hi: float) -> None:
-    """The memory roof from ``lo`` up to the last ridge point, and each dtype's compute roof from its ridge on."""
-    bw = peaks.memory_gbps  # GB/s x FLOP/byte = GFLOP/s: / 1e3 for TFLOPS/s
-    flat = {k: peaks.tflops[k] for k in dict.fromkeys(keys) if k is not None and k in peaks.tflops}
-    ridges = {k: tf * 1e3 / bw for k, tf in flat.items()}
-    lo = min([lo, *(r / 10 for r in ridges.values())])
-    hi = max([hi, *(r * 10 for r in ridges.values())])
-    end = max(ridges.values(), default=hi)
-    fig.add_scatter(x=[lo, end], y=[bw * lo / 1e3, bw * end / 1e3], mode="lines", name=f"memory roof ({bw:,.0f} GB/s)",
-                    line=dict(color="#333", width=2), hoverinfo="name")
-    for key, tf in flat.items():
-        fig.add_scatter(x=[ridges[key], hi], y=[tf, tf], mode="lines", name=f"{key} roof ({tf:,.4g} TFLOPS/s)",
-                        line=dict(color="#333", width=2, dash="dash"), hoverinfo="name")
 
 
 def op_time_per_step(summary, rank: int, top: int = 10) -> go.Figure:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from tracekit import quality
-from tracekit.render import charts, charts_ops
+from tracekit.render import charts, charts_ops, charts_roofline
 from tracekit.summary.facts import RunFacts, one_or_all
 from tracekit.fmt import display_units, ms, num, pct, rate
 from tracekit.summary.text import checked
@@ -86,7 +86,7 @@ def _what_runs(summary, top: int = 15) -> list[str]:
     out = [f"<h2>Operators &amp; kernels (rank {rank})</h2>",
            _noted_table(kernels, top, "Top kernels by window time (ms)"),
            _noted_table(ops, top, f"Top ops by {time} self time (ms, GFLOP, MB, TFLOPS/s, GB/s)"),
-           _figure(charts_ops.roofline(summary, rank))]
+           _figure(charts_roofline.roofline(summary, rank))]
     note = charts_ops.memory_note(summary, rank)
     out.append(f"<h2>Memory (rank {rank})</h2>")
     if note:

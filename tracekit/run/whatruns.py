@@ -38,7 +38,8 @@ def with_step_flops(steps: pd.DataFrame, results) -> pd.DataFrame:
     flops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(STEP_FLOP_COLUMNS))
     flops = flops.astype({"rank": np.int64, "step": np.int64, "matmul_flops": float, "matmul_at_peak_us": float})
     # Each rank's step_flops has every step it knows (a known 0 where no op ran; NaN on a rank with annotations but
-    # no operator, ``tracekit.events.ops``); a step it lacks (a rank without ops) is unknown.
+    # no operator, or none of a usable duration, ``tracekit.events.ops``); a step it lacks (a rank without ops) is
+    # unknown.
     out = steps.astype({"rank": np.int64, "step": np.int64}).merge(flops, on=["rank", "step"], how="left")
     out["mfu_pct"] = out["matmul_at_peak_us"] / out["step_us"] * 100
     return out.astype({"rank": steps["rank"].dtype, "step": steps["step"].dtype}) if len(steps) else out
