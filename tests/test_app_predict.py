@@ -15,6 +15,7 @@ import pytest
 import tracekit
 from tracekit.render import charts_run
 from tracekit.summary.model import Summary
+from tracedata import cpu, launch, write_trace
 from viewer_runs import REPO, SAMPLES, write_tiny_run
 
 C0, C1 = charts_run.lane(0, "collectives"), charts_run.lane(1, "collectives")
@@ -212,8 +213,22 @@ def test_the_whatif_page_shows_the_replay(root, monkeypatch, run):
     shown = at.dataframe[0].value
     pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
     assert list(shown["scenario"]) == list(tracekit.predict.scenarios.SCENARIOS)
+    assert not at.warning  # every scenario predicted: no reason to give
     bars = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert numbers(bars["data"][0]["y"]) == pytest.approx(expected["step_time_ms"].tolist())
     r = summary.ranks
     measured = r.loc[r["steps"] > 0, "step_time_us"].mean() / 1e3
     assert [s["y0"] for s in bars["layout"]["shapes"]] == pytest.approx([measured])
+
+
+def test_the_whatif_page_says_why_a_prediction_is_unknown(tmp_path, monkeypatch):
+    """A device rank (deviceProperties) with launches but no kernel: the baseline replays the host's steps, every
+    other scenario is unknown, and the page says why under the table, as the CLI does."""
+    steps = [cpu(f"ProfilerStep#{n}", t, d, cat="user_annotation") for n, t, d in ((1, 0, 1000), (2, 1000, 1000),
+                                                                                    (3, 2000, 10))]
+    write_trace(tmp_path / "runs" / "nokernels" / "rank0.json.gz", [launch(20, 1), launch(1020, 2), *steps], rank=0,
+                world_size=1, deviceProperties=[{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8}])
+    at = open_page(tmp_path / "runs", monkeypatch, "nokernels", "whatif")
+    assert [w.value for w in at.warning] == [
+        "unknown: rank 0: a device trace without device events (kernels not collected): what a change does to the "
+        "device work is unknown, so every scenario but the baseline is"]

@@ -221,6 +221,19 @@ def test_memory_that_grows_every_step_is_a_finding(tmp_path):
     assert "memory_growth" not in [f.kind for f in s.findings]
 
 
+def test_memory_growth_in_a_forward_only_run_names_a_growing_kv_cache(tmp_path):
+    """Forward only (ranks.training False): a KV cache growing with each generated token grows memory every step by
+    design, and there are no losses to .detach(); training (or unknown) keeps the leak advice."""
+    from tracekit.findings import memory_findings
+
+    s = _memory_run(tmp_path / "leak", [1e9, 1.1e9, 1.2e9, 1.3e9], 100e9)
+    (infer,) = [f for f in memory_findings.find(s.memory, s.steps, training=False) if f.kind == "memory_growth"]
+    (train,) = [f for f in memory_findings.find(s.memory, s.steps, training=True) if f.kind == "memory_growth"]
+    assert "KV cache" in infer.message and "static" in infer.recommendation and "losses" not in infer.recommendation
+    assert "KV cache" not in train.message and "losses" in train.recommendation
+    assert infer.evidence == train.evidence and infer.severity == train.severity
+
+
 @pytest.mark.parametrize("run", ["resnet-gloo-2rank-memory", "resnet-gloo-2rank-bf16"])
 def test_flops_per_step_agree_with_flop_counter_mode(run):
     """The workload counted one optimizer step with torch's FlopCounterMode (run.json); tracekit's FLOPs from the

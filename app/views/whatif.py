@@ -4,6 +4,7 @@ measured one."""
 import streamlit as st
 
 from app import fmt, loader, state
+from tracekit import quality
 from tracekit.render import charts
 from tracekit.render import charts_run
 
@@ -18,6 +19,9 @@ measured = charts.headline(s)["step_time_us"]
 st.plotly_chart(charts_run.whatif_bars(table, measured), key="whatif_bars")
 shown = charts_run.whatif_table(table)
 fmt.table(shown, key="whatif_table")
+if table["step_time_us"].isna().any():  # why a prediction is unknown, as the CLI says it under its table
+    for line in quality.whatif_notes(s.data_quality):
+        st.warning(f"unknown: {line}")
 st.caption(
     "Each scenario replays the run's dependency graph with measured times changed, so the critical path may move: "
     "baseline (nothing changed; should match the measured step time, the dashed line), no_straggler (the last "

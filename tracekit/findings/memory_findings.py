@@ -29,7 +29,7 @@ def merged(findings: tuple, memory: pd.DataFrame, steps: pd.DataFrame, training:
 def find(memory: pd.DataFrame, steps: pd.DataFrame, training: bool = True) -> tuple[Finding, ...]:
     if memory is None or memory.empty:
         return ()
-    return tuple(_near_capacity(memory, steps, training)) + tuple(_growth(memory, steps))
+    return tuple(_near_capacity(memory, steps, training)) + tuple(_growth(memory, steps, training))
 
 
 def _near_capacity(memory: pd.DataFrame, steps: pd.DataFrame, training: bool = True) -> list[Finding]:
@@ -57,7 +57,7 @@ def _near_capacity(memory: pd.DataFrame, steps: pd.DataFrame, training: bool = T
          "device_memory_bytes": float(top["device_memory_bytes"])})]
 
 
-def _growth(memory: pd.DataFrame, steps: pd.DataFrame) -> list[Finding]:
+def _growth(memory: pd.DataFrame, steps: pd.DataFrame, training: bool = True) -> list[Finding]:
     window = steps.loc[steps["in_window"].astype(bool), ["rank", "step"]] if len(steps) else steps
     rows = memory.merge(window, on=["rank", "step"]) if len(window) else memory.iloc[0:0]
     found = []
@@ -75,7 +75,13 @@ def _growth(memory: pd.DataFrame, steps: pd.DataFrame) -> list[Finding]:
     return [Finding(
         "memory_growth", "medium", tuple(sorted({f[0] for f in found})),
         f"Allocated memory grows every step: +{fmt.mb(grew, unit=True)} over {n} steps ({device}, rank {rank}), "
-        f"{grew / peak:.0%} of its peak: tensors kept alive across steps.",
+        f"{grew / peak:.0%} of its peak: tensors kept alive across steps"
+        + ("." if training else " (in a forward-only run, a KV cache that grows with each generated token does this "
+                                "by design)."),
         "Look for tensors kept across steps: losses or outputs stored without .detach() / .item(), growing lists "
-        "of tensors, caches keyed by step; torch.cuda.memory._record_memory_history shows who holds them.",
+        "of tensors, caches keyed by step; torch.cuda.memory._record_memory_history shows who holds them."
+        if training else  # forward only: no losses; a growing KV cache is expected, a static one keeps memory flat
+        "If it is not a KV cache growing with the sequence: look for outputs kept across steps (appended to a list "
+        "without .cpu() or .item()) and caches keyed by step; a preallocated (static) KV cache keeps memory flat; "
+        "torch.cuda.memory._record_memory_history shows who holds them.",
         {"share": grew / peak, "growth_bytes": grew, "steps": n})]
