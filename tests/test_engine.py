@@ -23,6 +23,7 @@ from tracekit.cli.main import main
 from tracekit.events.config import Config
 from tracekit.rank.engine import EngineOptions
 from tracekit.read.reader import ReadOptions
+from tracedata import kernel, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-4rank"
@@ -288,3 +289,45 @@ def test_the_cli_progress_line_shows_each_stage_on_a_terminal():
     small(1, 2)
     small.stage("replaying")
     assert quiet.getvalue() == ""  # a run of few ranks shows nothing
+
+
+def test_the_cli_names_the_reading_of_a_large_run_of_few_files(tmp_path):
+    """One file of 1 GiB or more (``ProgressBar.LARGE_BYTES``) gets the stage lines from its reading on, where a run
+    of few small files shows nothing; summarize tells it how many files it reads and their bytes on disk."""
+    import io
+
+    from tracekit.cli.options import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    big = ProgressBar(out := Terminal())
+    big.reading(1, 10_300_000_000)
+    big(1, 1)
+    big.stage("joining ranks")
+    big.stage("done")
+    assert out.getvalue() == ("\r\x1b[Ktracekit: reading 1 trace file (10.3 GB) ...\r\x1b[Ktracekit: joining ranks ..."
+                              "\r\x1b[K")
+    small = ProgressBar(quiet := Terminal())
+    small.reading(2, ProgressBar.LARGE_BYTES - 1)
+    small.stage("replaying")
+    assert quiet.getvalue() == ""
+
+    class Recorder:
+        def __init__(self):
+            self.read = None
+
+        def __call__(self, done, total):
+            pass
+
+        def reading(self, files, total_bytes):
+            self.read = (files, total_bytes)
+
+    folder = tmp_path / "run"
+    for rank in (0, 1):
+        write_trace(folder / f"rank{rank}.json", [kernel("k", 0, 5)], rank=rank, gz=False)
+    recorder = Recorder()
+    tracekit.summarize(folder, workers=1, cache=False, progress=recorder)
+    sizes = sum((folder / f"rank{rank}.json").stat().st_size for rank in (0, 1))
+    assert recorder.read == (2, sizes)

@@ -60,7 +60,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
       cache_dir: the cache folder (default: ``$TRACEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tracekit``, else
         ``~/.cache/tracekit``; ``tracekit.rank.cache.resolve_dir``); nothing is written in the trace folder.
       progress: called as ``progress(done, total)`` each time a rank is finished; if it also has a ``stage(name)``
-        method, that is called as each later stage begins ("joining ranks", then "replaying") and with "done".
+        method, that is called as each later stage begins ("joining ranks", then "replaying") and with "done";
+        a ``reading(files, total_bytes)`` method is called first, with the files' size on disk (None for URLs).
       strict: raise the named error (``tracekit.TraceReadError`` and subclasses) of the first file in the folder
         that would be skipped, instead of skipping it.
     The result is the same whatever the engine, the workers and the cache.
@@ -78,6 +79,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
                             cache_dir=tracekit_cache.resolve_dir(cache_dir) if cache else None,
                             skip_unreadable=not (strict or one_file))
     workload = read_run_json(trace_dir)
+    if hasattr(progress, "reading"):
+        progress.reading(len(files), _size_on_disk(files))
     results, skipped, warming = [], [], None
     for file, outcome in zip(files, map_ranks(files, config, default_rank, options)):
         if warming is None and len(files) > 1:
@@ -102,6 +105,14 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
     if stage is not None:
         stage("done")
     return summary
+
+
+def _size_on_disk(files) -> int | None:
+    """The files' bytes on disk; None where one is a URL or cannot be stat'ed."""
+    try:
+        return None if any(is_url(f) for f in files) else sum(Path(f).stat().st_size for f in files)
+    except OSError:
+        return None
 
 
 def whatif(run: Summary | str | Path, scenarios=predict.SCENARIOS, compute_scale: dict[int, float] | None = None,

@@ -83,12 +83,21 @@ def non_negative_int(text: str) -> int:
 
 class ProgressBar:
     """A tqdm bar on ``stream`` for runs of many ranks, then a line naming each later stage (the cross-rank join,
-    the replay), shown only on a terminal."""
+    the replay), shown only on a terminal; for a run of few but large files (``LARGE_BYTES`` in all), the stage
+    lines from the reading on."""
 
     MIN_RANKS = 8
+    LARGE_BYTES = 1 << 30
 
     def __init__(self, stream) -> None:
         self.stream, self.bar, self.shown = stream, None, False
+
+    def reading(self, files: int, total_bytes: int | None) -> None:
+        """Name the reading when it will take a while (``LARGE_BYTES`` or more of trace files)."""
+        if total_bytes is None or total_bytes < self.LARGE_BYTES or not self.stream.isatty():
+            return
+        self.shown = True
+        self.stage(f"reading {files} trace file{'' if files == 1 else 's'} ({total_bytes / 1e9:.1f} GB)")
 
     def stage(self, name: str) -> None:
         """Show the stage on one line that each next stage overwrites; "done" clears it."""
