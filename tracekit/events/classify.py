@@ -42,7 +42,7 @@ def classify(events: pd.DataFrame, comm_args: pd.DataFrame, device_ranks=None,
     and their training thread plays the device. None: the ranks with an event only a device trace has.
     ``steps``: the steps (``steps.step_table``, e.g. of a ``step_pattern``); None: the trace's own.
     """
-    out = events.copy()
+    out = events.copy(deep=False)  # copy-on-write: the columns added below leave ``events`` as it was
     launch = _launch_of_device_events(out)
     kind = np.full(len(out), -1, dtype=np.int8)  # codes of KINDS; -1: not a device event
     is_device = out["cat"].isin(DEVICE_CATEGORIES).to_numpy()
