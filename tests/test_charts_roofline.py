@@ -90,6 +90,20 @@ def test_ops_with_flops_but_no_linked_device_time_say_so(tmp_path):
                                                   "no kernel (not collected).")
 
 
+def test_ops_with_flops_but_no_bytes_say_the_dtypes_are_missing(tmp_path):
+    """Input Dims without Input type (a review's probe): aten::mm's FLOPs are counted from the shapes, 3 calls of
+    2 * 64^3 = 524,288, but its bytes need the dtypes, so it has no intensity to place; with the dtypes it is placed."""
+    ops = [cpu("aten::mm", (k - 1) * 1000 + 20, 100, **{"Input Dims": MM["Input Dims"]}) for k in (1, 2, 3)]
+    s = _summary(tmp_path / "untyped", [step(k, (k - 1) * 1000, 900) for k in (1, 2, 3)] + ops, backend="gloo")
+    assert s.ops.set_index("name").loc["aten::mm", "flops"] == 3 * 524_288
+    assert _said(roofline(s, 0)) == EMPTY + ("its ops' FLOPs are counted, but their bytes are not: the inputs' dtypes "
+                                             "(Input type) were not recorded, or an input is a list of tensors.")
+    typed = [cpu("aten::mm", (k - 1) * 1000 + 20, 100, **MM) for k in (1, 2, 3)]
+    placed = roofline(_summary(tmp_path / "typed", [step(k, (k - 1) * 1000, 900) for k in (1, 2, 3)] + typed,
+                               backend="gloo"), 0)
+    assert sum(len(trace.x) for trace in placed.data) == 1
+
+
 def test_a_sample_run_with_ops_has_points_and_no_empty_text():
     if not (SAMPLES / "gpt-gloo-2rank").is_dir():
         pytest.skip("needs sample_traces/gpt-gloo-2rank")

@@ -10,7 +10,7 @@ import pytest
 
 from tracekit.events.hostops import reads_host_op
 from tracekit.rank import engine
-from tracekit.read import reader
+from tracekit.read import parallel, reader
 from tracekit.read.reader import ReadOptions
 from tests.tracedata import cpu, kernel, step, write_trace
 
@@ -72,6 +72,60 @@ def test_real_traces_read_the_same_with_helpers(name, host_ops):
     _assert_same(_tables(files[0], 1, host_ops, chunk_events=300), _tables(files[0], 3, host_ops, chunk_events=300))
 
 
+class _Unhashable:
+    """A host_ops that can be pickled but not hashed (it defines __eq__ only)."""
+
+    def __call__(self, name):
+        return name.startswith("ProfilerStep")
+
+    def __eq__(self, other):
+        return isinstance(other, _Unhashable)
+
+
+def _late_device_trace(tmp_path):
+    return write_trace(tmp_path / "rank0.json", [cpu("aten::relu", 0, 5), cpu("aten::relu", 10, 5),
+                                                 kernel("k", 20, 5), cpu("aten::relu", 30, 5),
+                                                 cpu("aten::relu", 40, 5), step(1, 0, 100)], gz=False)
+
+
+@pytest.mark.parametrize("host_ops", [lambda name: name.startswith("ProfilerStep"), _Unhashable()],
+                         ids=["lambda", "unhashable"])
+def test_any_host_ops_reads_the_same_with_helpers(tmp_path, host_ops):
+    # A lambda cannot be sent to a helper (the chunks are made here); an unhashable one is sent but not kept.
+    # Either way: relu@0, relu@10 (before the kernel), k@20, and the step, which host_ops keeps.
+    path = _late_device_trace(tmp_path)
+    helped = _tables(path, 2, host_ops)
+    assert list(helped.events["name"].astype(str)) == ["aten::relu", "aten::relu", "k", "ProfilerStep#1"]
+    _assert_same(_tables(path, 1, host_ops), helped)
+
+
+def test_helpers_are_forked_from_a_single_thread_only_and_at_most_max_helpers(tmp_path, monkeypatch):
+    """A running thread: no helper (a forkserver or spawned one would import the caller's main module again).
+    Ten asked for: MAX_HELPERS (4) started."""
+    import threading
+
+    started = []
+
+    class Pool(_InProcess):
+        def __init__(self, max_workers, mp_context=None):
+            started.append((max_workers, mp_context.get_start_method()))
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", Pool)
+    path = _late_device_trace(tmp_path)
+    alone = _tables(path, 10)
+    assert started == [(parallel.MAX_HELPERS, "fork")] and parallel.MAX_HELPERS == 4
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        threaded = _tables(path, 10)
+    finally:
+        release.set()
+        other.join()
+    assert started == [(4, "fork")]  # none started with the thread running
+    _assert_same(alone, threaded)
+
+
 def test_decode_workers_must_be_positive():
     with pytest.raises(ValueError, match="decode_workers"):
         ReadOptions(decode_workers=0)
@@ -108,3 +162,6 @@ class _InProcess:
         future = Future()
         future.set_result(fn(*args))
         return future
+
+    def shutdown(self, *args, **kwargs):
+        pass

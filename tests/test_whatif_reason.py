@@ -68,6 +68,19 @@ def test_without_steps_every_row_says_so_and_the_baseline_only_that(tmp_path):
     assert table["reason"].iloc[1:].tolist() == [f"{NO_STEPS}; {NO_KERNELS}"] * (len(SCENARIOS) - 1)
 
 
+def test_the_cli_notes_only_the_reasons_of_the_scenarios_it_shows(tmp_path, capsys):
+    # Only the baseline asked for: it is unknown for want of steps, and the missing kernels leave it known, so the
+    # note under the table is the missing steps alone; with comm_x2 too, both notes, each once.
+    run = no_kernels(tmp_path, steps=False)
+    assert main(["whatif", str(run), "--no-cache", "--workers", "1", "--scenario", "baseline"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("unknown: ")] == [
+        f"unknown: {NO_STEPS}"]
+    assert main(["whatif", str(run), "--no-cache", "--workers", "1", "--scenario", "baseline", "--scenario",
+                 "comm_x2"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("unknown: ")] == [
+        f"unknown: {NO_STEPS}", f"unknown: {NO_KERNELS}"]
+
+
 @pytest.fixture(scope="module")
 def sample():
     return tracekit.summarize(SAMPLE, cache=False, workers=1)

@@ -448,9 +448,11 @@ def test_training_is_unknown_without_operators_and_known_with_them(tmp_path):
     trace cannot tell inference from training, so it keeps the training advice."""
     mm = cpu("aten::mm", 30, 40, **{"External id": 11})
     backward = cpu("autograd::engine::evaluate_function: MmBackward0", 1100, 40)
-    reducer = cpu("torch.distributed.ddp.reducer::copy_bucket_to_grad", 1200, 5)  # DDP's reducer: backward only
+    reducer = cpu("torch.distributed.ddp.reducer::copy_bucket_to_grad", 1200, 5)  # end of DDP's backward
+    # DDP's forward runs this whenever grad is enabled (find_unused_parameters=True), evaluation loops too.
+    search = cpu("torch.distributed.ddp.reducer::search_unused_parameters", 20, 5)
     for case, extra, expected in (("none", [], None), ("forward", [mm], False), ("train", [mm, backward], True),
-                                  ("reducer", [mm, reducer], True)):
+                                  ("reducer", [mm, reducer], True), ("ddp_forward", [mm, search], False)):
         write_trace(tmp_path / case / "rank-0.json.gz", [*extra, *_annotated_gemms()], rank=0, world_size=1,
                     deviceProperties=H100)
         training = tracekit.summarize(tmp_path / case, cache=False, workers=1).ranks.loc[0, "training"]

@@ -50,7 +50,8 @@ def whatif(args) -> int:
     # Why a prediction is unknown, from the Summary's data quality (nothing said where it knows no reason): every
     # note once, under the table. The table's reason column says it per row (these notes joined by '; ', which a note
     # may hold itself: so they are not split back out of it).
-    why = quality.whatif_notes(summary.data_quality) if table["step_time_us"].isna().any() else []
+    unknown = table.loc[table["step_time_us"].isna(), "scenario"].astype(str)
+    why = list(dict.fromkeys(line for name in unknown for line in quality.whatif_notes(summary.data_quality, name)))
     if args.json:  # each record carries its reason (the table's column); the notes go to stderr as well
         sys.stdout.write(as_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
                                                    .to_dict("records")).decode(), args.indent))

@@ -123,9 +123,10 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
 
 _STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
 # What only training runs: autograd's backward (``autograd::engine::evaluate_function: MmBackward0``, the nodes
-# ``*Backward0``), DDP's reducer, which runs in backward (``torch.distributed.ddp.reducer::copy_bucket_to_grad``),
+# ``*Backward0``), DDP's reducer copying reduced gradients back (``torch.distributed.ddp.reducer::copy_bucket_to_grad``,
+# at the end of backward; not its ``search_unused_parameters``, which DDP's forward runs whenever grad is enabled),
 # and the optimizer (``Optimizer.step#SGD.step``, ``Optimizer.zero_grad#...``).
-TRAINING_OP = re.compile(r"Backward\d*\b|^autograd::engine|^torch\.distributed\.ddp\.reducer::"
+TRAINING_OP = re.compile(r"Backward\d*\b|^autograd::engine|^torch\.distributed\.ddp\.reducer::copy_bucket_to_grad"
                          r"|^Optimizer\.(?:step|zero_grad)")
 
 

@@ -8,29 +8,42 @@ again with the true state, here. That happens to at most the chunks in flight, o
 columns are those the one-process read makes (``columns.collect_parts``).
 
     parts = collect_parallel(stream.chunks(), reader._complete_events, host_ops, workers=4)
+
+Helpers are forked, and only from a single-threaded process: a forkserver or spawned helper would import the
+caller's main module again, which a script without an ``if __name__ == "__main__"`` guard cannot survive. Elsewhere
+(a thread running, no fork, a ``host_ops`` that cannot be pickled) the chunks are made here, one after another.
+At most ``MAX_HELPERS`` helpers run, each with up to ``_IN_FLIGHT`` chunks waiting: this process's own share of the
+work (the scan, sending chunks, joining their columns) bounds the speed-up well before that, and memory grows with
+every chunk in flight.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable
 
-from tracekit.read.columns import _chunk_columns, _NameFilter
+from tracekit.read.columns import _chunk_columns, _NameFilter, collect_parts
 from tracekit.read.opcolumns import memory_columns, op_columns
 
+MAX_HELPERS = 4
 _IN_FLIGHT = 2  # chunks per helper: enough to keep each busy, few enough to bound the bytes waiting
 _FILTERS: dict = {}  # host_ops -> its _NameFilter, kept in each helper: a name is asked about once per process
 
 
 def collect_parallel(pieces: Iterable[bytes], decode: Callable, host_ops, workers: int) -> tuple[list, list, list]:
     """``columns.collect_parts`` of the chunks ``pieces`` (each the bytes of a JSON array of events, decoded by
-    ``decode`` into (complete events, memory events)), made by ``workers`` helper processes; in chunk order."""
+    ``decode`` into (complete events, memory events)), made by up to ``workers`` helper processes (at most
+    ``MAX_HELPERS``) where they can be forked, else here; in chunk order."""
+    workers, fork = min(workers, MAX_HELPERS), context()
+    if workers < 2 or fork is None or not _picklable(host_ops):
+        return collect_parts((decode(piece) for piece in pieces), host_ops)
     parts, ops, memory = [], [], []
     seen = False  # a device event in the chunks whose columns are in
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context()) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=fork) as pool:
         pending: deque = deque()
 
         def take() -> None:
@@ -62,18 +75,36 @@ def chunk_columns(piece: bytes, decode: Callable, host_ops, device_seen: bool) -
     """(op columns, event columns, memory columns, device event seen by its end) of one chunk, read after chunks
     that held a device event (``device_seen``) or not."""
     events, instants = decode(piece)
-    keep = _FILTERS.get(host_ops)
-    if keep is None:
-        keep = _FILTERS[host_ops] = _NameFilter(host_ops)
+    keep = _name_filter(host_ops)
     keep.device_seen = device_seen
     op = op_columns(events)
     part = _chunk_columns(events, keep)
     return op, part, memory_columns(instants), keep.device_seen
 
 
+def _name_filter(host_ops) -> _NameFilter:
+    """This process's filter for ``host_ops`` (kept: each name is asked about once), or a new one for a
+    ``host_ops`` that cannot be a dict key."""
+    try:
+        keep = _FILTERS.get(host_ops)
+    except TypeError:  # unhashable
+        return _NameFilter(host_ops)
+    if keep is None:
+        keep = _FILTERS[host_ops] = _NameFilter(host_ops)
+    return keep
+
+
+def _picklable(value) -> bool:
+    try:
+        pickle.dumps(value)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
 def context():
-    """fork where it is safe (a single-threaded process on Linux): helpers start in milliseconds, imports done."""
-    methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    """The fork context where forking is safe (a single-threaded process where fork exists: helpers start in
+    milliseconds, imports done, and the caller's main module is not imported again), else None."""
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    return None

@@ -36,8 +36,8 @@ class ReadOptions:
       then holds one block of the file and one chunk's structs besides the columns, never the whole JSON. 0 streams
       every trace.
     chunk_events: events per chunk.
-    decode_workers: helper processes that decode a streamed trace's chunks (``tracekit.read.parallel``); 1 for
-      none, in this process.
+    decode_workers: helper processes that decode a streamed trace's chunks (``tracekit.read.parallel``: at most 4,
+      forked only from a single-threaded process, each holding up to two chunks); 1 for none, in this process.
     """
 
     chunk_above_bytes: int = 16 << 20

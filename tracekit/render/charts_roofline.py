@@ -66,7 +66,8 @@ def _points(ops: pd.DataFrame) -> pd.DataFrame:
 
 def empty_reason(summary, rank: int) -> str:
     """Why the rank's roofline has no point, in words that say what to change: no operator recorded, operators of
-    no usable duration, record_shapes off, ops with FLOPs but no measured time, or no op tracekit has FLOPs for."""
+    no usable duration, record_shapes off, ops with FLOPs but no measured time, ops with FLOPs but no bytes, or no
+    op tracekit has FLOPs for."""
     q, ops = _quality(summary, rank), _rows(summary.ops, rank)
     shapes = q.get("shapes_recorded")
     if q.get("operators_unusable") is True:
@@ -82,6 +83,9 @@ def empty_reason(summary, rank: int) -> str:
         what = "device time (no kernel of the trace is linked to them)" if is_device_rank(summary, rank) else \
             "host time"
         return f"its ops with a FLOP count have no measured {what}"
+    if (ops["flops"].astype(float) > 0).any():  # FLOPs from the shapes, bytes unknown: no intensity to place
+        return ("its ops' FLOPs are counted, but their bytes are not: the inputs' dtypes (Input type) were not "
+                "recorded, or an input is a list of tensors")
     return "none of its ops is one tracekit has FLOPs for (matmul, conv, attention, elementwise, norm)"
 
 
