@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
-import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from tracekit.rank import cache
 from tracekit.events.config import Config
 from tracekit.errors import NotATraceError, TraceReadError
 from tracekit.read.files import is_url
+from tracekit.read.parallel import context as fork_context
 from tracekit.rank.analyze import RankResult, analyze_rank
 
 __all__ = ["EngineOptions", "map_ranks", "rank_key", "file_identity", "default_workers", "ENGINES"]
@@ -209,11 +209,10 @@ def _raise_if_fatal(value, skip_unreadable: bool = False) -> None:
 
 
 def _context():
-    """fork where it is safe (a single-threaded parent on Linux): workers start in milliseconds, imports done."""
-    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                       else "spawn")
+    """fork where it is safe (``parallel.context``: workers start in milliseconds, imports done), else forkserver
+    or spawn."""
+    return fork_context() or multiprocessing.get_context(
+        "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
 
 
 def _run_dask(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
