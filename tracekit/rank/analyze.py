@@ -29,6 +29,7 @@ from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; test
 from tracekit.rank.whatruns import what_runs
 from tracekit.read.coded import distinct
 from tracekit.read.reader import RankMeta, ReadOptions, read_tables
+from tracekit.read.release import release_memory
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ def analyze_rank(path: str | Path, config: Config, default_rank: int | None = No
     (``ReadOptions``), with the same result."""
     tables = read_tables(path, default_rank=default_rank, host_ops=reads_host_op,
                          options=ReadOptions(decode_workers=decode_workers))
+    release_memory()  # the chunks' structs and columns: gone, and their pages with them (read.release)
     return reduce_rank(tables.meta, tables.events, tables.comm_args, config, tables.ops, tables.memory)
 
 
@@ -75,6 +77,7 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
     device_rank = meta.device_evidence is not None
     steps, step_source = find_steps(events, config.step_pattern)
     events = classify(events, comm_args, device_ranks=[meta.rank] if device_rank else [], steps=steps)
+    release_memory()
     valid = events["dur_ns"] >= 0
     # The earliest usable event, counting host ops the reader left out; from the table when the meta has none.
     origin_ns = meta.first_ts_ns
@@ -110,15 +113,19 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
               "training": trains(events, ops)}
     if dev.empty:  # no device time to split: unknown, not zero
         extras.update({k: np.nan for k in extras if k.startswith("idle_") or k in _DEVICE_TIME_FACTS})
+    release_memory()
     ran = what_runs(meta, events, ops, memory, steps, kept, dev, device_rank)
+    release_memory()
     extras.update(ran.pop("facts"))
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
     quality = data_quality_row(meta, events, device_rank, len(dev_all)).assign(step_source=step_source,
                                                                                **ran.pop("quality"))
     quality = quality.assign(**capture_facts(events, steps, None if whole else kept))
+    graph = rank_graph(events, collectives, steps)
+    release_memory()
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
-                      graph=rank_graph(events, collectives, steps), fsdp=fsdp, **ran)
+                      graph=graph, fsdp=fsdp, **ran)
 
 
 _STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")

@@ -40,14 +40,18 @@ def finish_tables(collected: tuple[list, list, list], rank: int, base_ns: int):
     """(events, comm_args, events dropped, first usable start, facts) of one rank's chunk columns
     (``collect_parts``); facts: ``shapes_recorded`` (see RankMeta), ``device_arg_cats`` (the unknown categories
     with a ``device`` arg), ``ops`` (every host op and annotation, ``OP_COLUMNS``) and ``memory``
-    (``MEMORY_COLUMNS``)."""
+    (``MEMORY_COLUMNS``).
+
+    The chunk columns are consumed: each column's pieces are taken out of ``collected`` as they are joined, so the
+    chunks' copy of a column ends once the table's exists, and a large trace never holds both copies of every
+    column at once."""
     parts, ops, memory = collected
     n = sum(len(p["ts"]) for p in parts)
+    offsets = np.cumsum([0] + [len(p["ts"]) for p in parts])
     # Times of every event: the table's rows first, then the CPU ops left out (they count for dropped and first).
-    none = [np.empty(0, dtype=np.int64)]
-    ts_ns = np.concatenate([p["ts"] for p in parts] + [p["left_ts"] for p in parts] + none)
+    ts_ns = _taken(parts, ["ts", "left_ts"], np.int64)
     ts_ns += base_ns
-    dur_ns = np.concatenate([p["dur"] for p in parts] + [p["left_dur"] for p in parts] + none)
+    dur_ns = _taken(parts, ["dur", "left_dur"], np.int64)
     # No duration, a negative one (unfinished CPU events) or one longer than the whole trace: not usable.
     last_start = int(ts_ns.max()) if len(ts_ns) else 0
     horizon = last_start + max(last_start - (int(ts_ns.min()) if len(ts_ns) else 0), 1_000_000_000)
@@ -55,23 +59,25 @@ def finish_tables(collected: tuple[list, list, list], rank: int, base_ns: int):
     dur_ns[bad] = -1
     first_ts_ns = int(ts_ns[~bad].min()) if (~bad).any() else None
     dropped = int(bad.sum())
-    ts_ns, dur_ns = ts_ns[:n], dur_ns[:n]
+    del bad
+    ts_ns, dur_ns = ts_ns[:n].copy(), dur_ns[:n].copy()  # the left-out ops' times end here
     table = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32),
-        "cat": categorical([p["cat"] for p in parts], canonical_category),
-        "name": categorical([p["name"] for p in parts]),
-        "pid": categorical([p["pid"] for p in parts], str),
-        "tid": categorical([p["tid"] for p in parts], str),
+        "cat": categorical(_pieces(parts, "cat"), canonical_category),
+        "name": categorical(_pieces(parts, "name")),
+        "pid": categorical(_pieces(parts, "pid"), str),
+        "tid": categorical(_pieces(parts, "tid"), str),
         "ts_ns": ts_ns,
         "dur_ns": dur_ns,
-        "correlation": _joined(parts, "correlation", np.int64),
-        "external_id": _joined(parts, "external_id", np.int64),
-        "stream": _joined(parts, "stream", np.int64),
-    })
+        "correlation": _taken(parts, ["correlation"], np.int64),
+        "external_id": _taken(parts, ["external_id"], np.int64),
+        "stream": _taken(parts, ["stream"], np.int64),
+    }, copy=False)
+    del ts_ns, dur_ns
     is_device = table["cat"].isin(DEVICE_CATEGORIES).to_numpy()
-    tid_num = _joined(parts, "tid_num", np.int64)
+    tid_num = _taken(parts, ["tid_num"], np.int64)
     table["stream"] = np.where(is_device & (table["stream"].to_numpy() < 0), tid_num, table["stream"].to_numpy())
-    offsets = np.cumsum([0] + [len(p["ts"]) for p in parts])
+    del tid_num, is_device
     comm_rows = [int(row + off) for p, off in zip(parts, offsets) for row in p["comm_rows"]]
     args = dict(zip(comm_rows, [a for p in parts for a in p["comm_args"]]))
     names = dict(zip(comm_rows, [name for p in parts for name in p["comm_names"]]))
@@ -80,6 +86,16 @@ def finish_tables(collected: tuple[list, list, list], rank: int, base_ns: int):
              "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]},
              "ops": op_table(ops, rank, base_ns), "memory": memory_table(memory, rank, base_ns)}
     return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns, facts
+
+
+def _pieces(parts: list[dict], key: str) -> list:
+    """Every chunk's ``key``, taken out of the chunks (``finish_tables`` consumes them)."""
+    return [p.pop(key) for p in parts]
+
+
+def _taken(parts: list[dict], keys: list[str], dtype) -> np.ndarray:
+    """The chunks' arrays under ``keys`` (all chunks' first key, then the next), joined and taken out of them."""
+    return np.concatenate([p.pop(key) for key in keys for p in parts] + [np.empty(0, dtype=dtype)])
 
 
 class _NameFilter:
@@ -165,10 +181,6 @@ def _floats_of(events: list, attr: str) -> np.ndarray:
         return np.fromiter(map(get, events), dtype=np.float64, count=len(events))
     except TypeError:  # None among them
         return np.array([np.nan if v is None else v for v in map(get, events)], dtype=np.float64)
-
-
-def _joined(parts: list[dict], key: str, dtype) -> np.ndarray:
-    return np.concatenate([p[key] for p in parts]) if parts else np.empty(0, dtype=dtype)
 
 
 def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:

@@ -58,22 +58,22 @@ def memory_columns(instants: list) -> dict:
 
 
 def op_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
-    """The ops table (``OP_COLUMNS``) of a rank's chunks."""
+    """The ops table (``OP_COLUMNS``) of a rank's chunks. The chunks are consumed: each column's pieces are taken
+    out of ``parts`` as they are joined, so both copies of every column never exist at once."""
     def joined(key):
-        return categorical([p[key] for p in parts])
+        return categorical([p.pop(key) for p in parts])
 
-    ts = np.concatenate([p["ts"] for p in parts] + [np.empty(0, dtype=np.int64)])
-    dur = np.concatenate([p["dur"] for p in parts] + [np.empty(0, dtype=np.int64)])
-    return pd.DataFrame({
-        "rank": np.full(len(ts), rank, dtype=np.int32),
-        "name": joined("name"), "tid": joined("tid"),
-        "ts_ns": np.where(ts >= 0, ts + base_ns, ts), "dur_ns": dur,
-        "external_id": np.concatenate([p["external_id"] for p in parts] + [np.empty(0, dtype=np.int64)]),
-        "flops_arg": np.concatenate([p["flops_arg"] for p in parts] + [np.empty(0)]),
-        "input_dims": joined("input_dims"), "input_type": joined("input_type"),
-        "concrete_inputs": joined("concrete_inputs"),
-        "cpu_op": np.concatenate([p["cpu_op"] for p in parts] + [np.empty(0, dtype=bool)]),
-    }, columns=list(OP_COLUMNS))
+    def concatenated(key, dtype):
+        return np.concatenate([p.pop(key) for p in parts] + [np.empty(0, dtype=dtype)])
+
+    ts = concatenated("ts", np.int64)
+    ts = np.where(ts >= 0, ts + base_ns, ts)
+    columns = {"rank": np.full(len(ts), rank, dtype=np.int32), "name": joined("name"), "tid": joined("tid"),
+               "ts_ns": ts, "dur_ns": concatenated("dur", np.int64),
+               "external_id": concatenated("external_id", np.int64), "flops_arg": concatenated("flops_arg", np.float64),
+               "input_dims": joined("input_dims"), "input_type": joined("input_type"),
+               "concrete_inputs": joined("concrete_inputs"), "cpu_op": concatenated("cpu_op", bool)}
+    return pd.DataFrame(columns, columns=list(OP_COLUMNS), copy=False)
 
 
 def memory_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
