@@ -15,18 +15,26 @@ def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray
     n_threads, codes = _thread_codes(span_tid, point_tid)
     lo = min(span_start.min(), point_ns.min())
     width = int(max(span_end.max(), point_ns.max()) - lo + 1)
+    # Each working array is let go as soon as it is used: a rank's ops and launches are millions on a large trace.
     s = codes[:len(span_start)] * width + (span_start - lo)
     e = codes[:len(span_start)] * width + (span_end - lo)
     p = codes[len(span_start):] * width + (point_ns - lo)
+    del codes
     order = np.lexsort((-e, s))
-    s_sorted, e_sorted = s[order], np.sort(e)
-    level = np.arange(1, len(s) + 1) - np.searchsorted(e_sorted, s_sorted, side="right")
+    s_sorted = s[order]
+    del s
+    e_sorted = np.sort(e)
+    del e
+    level = np.arange(1, len(s_sorted) + 1) - np.searchsorted(e_sorted, s_sorted, side="right")
     depth = np.searchsorted(s_sorted, p, side="right") - np.searchsorted(e_sorted, p, side="right")
+    del e_sorted
     # Spans at one level are disjoint, so the last one of the point's level starting at or before it holds it.
     big = n_threads * width
     key = level.astype(np.int64) * big + s_sorted
+    del s_sorted
     by_key = np.argsort(key, kind="stable")
     at = np.searchsorted(key[by_key], depth * big + p, side="right") - 1
+    del key
     found = (depth > 0) & (at >= 0)
     hit = order[by_key[np.maximum(at, 0)]]
     found &= level[by_key[np.maximum(at, 0)]] == depth

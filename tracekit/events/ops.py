@@ -74,31 +74,40 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     end with it, before the grouping starts."""
     start = ops["ts_ns"].to_numpy()
     dur = ops["dur_ns"].to_numpy()
+    # Each working array is let go once used: a large trace has millions of ops, each array 8 bytes an op.
     parent, depth = op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur)
     child = np.zeros(len(ops))
     has_parent = parent >= 0
     np.add.at(child, parent[has_parent], dur[has_parent])
+    host_self_us = (dur - child) / 1e3
+    del child, has_parent
     device_self = _device_self(ops, launched or launches(ops, events)) if device_rank else np.full(len(ops), np.nan)
+    device_us = subtree_sums(device_self, parent, depth) / 1e3
+    device_self /= 1e3  # us from here on
     cost = _costs(ops, peaks)
-    flops = cost["flops"]
+    flops = cost.pop("flops")
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
     matmul = matmul_name & np.isfinite(flops)
     innermost = ~has_marked_descendant(matmul, parent, depth)
+    del parent, depth
     counted = np.where(matmul & innermost, flops, 0.0)
     # A matmul-class op with unknown FLOPs and none known below it: its step's FLOPs are unknown, not smaller.
     unknown = matmul_name & ~np.isfinite(flops) & innermost
+    del matmul_name, matmul, innermost
     step = _step_of(start, steps)
     in_window = np.isin(step, window["step"].to_numpy()) if len(steps) else np.ones(len(ops), dtype=bool)
     per_call = pd.DataFrame({  # the arrays as they are (copy=False): no second copy of every column at once
         **{c: ops[c].array for c in ["rank", *_KEY]}, "calls": np.ones(len(ops), dtype=np.int64),
-        "host_self_us": (dur - child) / 1e3, "host_total_us": dur / 1e3, "device_self_us": device_self / 1e3,
-        "device_us": subtree_sums(device_self, parent, depth) / 1e3, "flops": flops, "bytes": cost["bytes"],
+        "host_self_us": host_self_us, "host_total_us": dur / 1e3, "device_self_us": device_self,
+        "device_us": device_us, "flops": flops, "bytes": cost.pop("bytes"),
         "counted_flops": counted, "window_counted_flops": np.where(in_window, counted, 0.0),
-        "flops_arg": ops["flops_arg"].to_numpy(), "kind": cost["kind"], "dtype": cost["dtype"]}, copy=False)
-    peak = cost["peak_flops"]
+        "flops_arg": ops["flops_arg"].to_numpy(), "kind": cost.pop("kind"), "dtype": cost.pop("dtype")}, copy=False)
+    del host_self_us, device_self, device_us, flops
+    peak = cost.pop("peak_flops")
     # Time at peak: unknown for every op of a rank whose device's peaks are unknown (a CPU rank, an unnamed device),
     # even one with no FLOPs, so that its MFU is unknown, not 0.
     at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
+    del peak
     stepped = step >= 0
     flop_steps = pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
                                "matmul_flops": np.where(unknown, np.nan, counted)[stepped],
@@ -163,16 +172,17 @@ def launches(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, np.
     from tracekit.nesting import innermost
 
     ops = usable(ops)
-    dev = events[events["kind"].notna().to_numpy() & (events["dur_ns"].to_numpy() >= 0)]
-    launch_row = dev["launch_row"].to_numpy() if "launch_row" in dev else np.full(len(dev), -1)
+    is_dev = events["kind"].notna().to_numpy() & (events["dur_ns"].to_numpy() >= 0)
+    dev = events.loc[is_dev, ["rank", "name", "dur_ns"]]  # what the op tables read of a device event
+    launch_row = events["launch_row"].to_numpy()[is_dev] if "launch_row" in events else np.full(len(dev), -1)
     launched = launch_row >= 0
     rows = np.full(len(dev), -1, dtype=np.int64)
     if launched.any():
-        calls = events.iloc[launch_row[launched]]
-        rows[launched] = innermost(calls["tid"], calls["ts_ns"].to_numpy(), ops["tid"], ops["ts_ns"].to_numpy(),
-                                   (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
+        calls = launch_row[launched]  # the launch calls' rows: their thread and start, not a copy of every column
+        rows[launched] = innermost(events["tid"].iloc[calls], events["ts_ns"].to_numpy()[calls], ops["tid"],
+                                   ops["ts_ns"].to_numpy(), (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
     own = ops["external_id"].to_numpy()
-    ext = dev["external_id"].to_numpy()
+    ext = events["external_id"].to_numpy()[is_dev]
     row_of = pd.Series(np.arange(len(ops)))[own >= 0].groupby(own[own >= 0]).last()
     by_id = row_of.reindex(ext).to_numpy()
     by_id = np.where(np.isnan(by_id), -1, np.nan_to_num(by_id, nan=-1)).astype(np.int64)
@@ -245,7 +255,8 @@ def _grouped(per_call: pd.DataFrame, key: list[str], peaks, device_rank: bool) -
     per_call = per_call.assign(**{f"_{c}_known": np.isfinite(per_call[c].to_numpy(dtype=np.float64))
                                   for c in ("flops", "bytes")})
     grouped = per_call.groupby(key, observed=True, sort=False, dropna=False)
-    out = grouped[sums].sum(min_count=1).reset_index()
+    # A column at a time: summing the columns together would first copy them all into one block.
+    out = pd.concat([grouped[c].sum(min_count=1) for c in sums], axis=1).reset_index()
     out["calls"] = out["calls"].astype(np.int64)
     out["kind"] = grouped["kind"].first().to_numpy()
     # One dtype: the first call's (missing included); calls of several: "mixed".
