@@ -28,7 +28,7 @@ from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.rank.whatruns import what_runs
 from tracekit.read.coded import distinct
-from tracekit.read.reader import RankMeta, ReadOptions, read_tables
+from tracekit.read.reader import RankMeta, RankTables, ReadOptions, read_tables
 from tracekit.read.release import release_memory
 
 
@@ -61,16 +61,26 @@ def analyze_rank(path: str | Path, config: Config, default_rank: int | None = No
                  decode_workers: int = 1) -> RankResult:
     """Read and reduce one trace file; a large one's chunks are decoded by ``decode_workers`` helper processes
     (``ReadOptions``), with the same result."""
-    tables = read_tables(path, default_rank=default_rank, host_ops=reads_host_op,
-                         options=ReadOptions(decode_workers=decode_workers))
+    tables = [read_tables(path, default_rank=default_rank, host_ops=reads_host_op,
+                          options=ReadOptions(decode_workers=decode_workers))]
     release_memory()  # the chunks' structs and columns: gone, and their pages with them (read.release)
-    return reduce_rank(tables.meta, tables.events, tables.comm_args, config, tables.ops, tables.memory)
+    return _reduce_taken(tables, config)
 
 
 def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, config: Config,
                 ops: pd.DataFrame | None = None, memory: pd.DataFrame | None = None) -> RankResult:
     """The metric pipeline of one rank's events table; ``ops`` and ``memory``: the reader's (``RankTables``),
     None for none (the kernel table is then still made, the operator and memory tables empty)."""
+    return _reduce_taken([RankTables(meta=meta, events=events, comm_args=comm_args, ops=ops, memory=memory)], config)
+
+
+def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
+    """``reduce_rank`` of the tables in ``box``, taken out of it: where the caller keeps no other reference (as
+    ``analyze_rank``), the ops and memory tables and the device-event views end once the stages that read them are
+    done, not with the whole pipeline (a large trace's ops table is hundreds of MB)."""
+    tables = box.pop()
+    meta, events, comm_args, ops, memory = tables.meta, tables.events, tables.comm_args, tables.ops, tables.memory
+    del tables
     for col in ("cat", "name", "pid", "tid"):
         if not isinstance(events[col].dtype, pd.CategoricalDtype):
             events = events.assign(**{col: events[col].astype("category")})
@@ -115,10 +125,12 @@ def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, c
         extras.update({k: np.nan for k in extras if k.startswith("idle_") or k in _DEVICE_TIME_FACTS})
     release_memory()
     ran = what_runs(meta, events, ops, memory, steps, kept, dev, device_rank)
+    device_events = len(dev_all)
+    del ops, memory, dev, dev_all  # read by no later stage
     release_memory()
     extras.update(ran.pop("facts"))
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
-    quality = data_quality_row(meta, events, device_rank, len(dev_all)).assign(step_source=step_source,
+    quality = data_quality_row(meta, events, device_rank, device_events).assign(step_source=step_source,
                                                                                **ran.pop("quality"))
     quality = quality.assign(**capture_facts(events, steps, None if whole else kept))
     graph = rank_graph(events, collectives, steps)

@@ -93,31 +93,37 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         [np.isin(rows, steps), np.isin(rows, dev) & (kind[rows] == "comm"), np.isin(rows, dev) & (kind[rows] == "memory"),
          np.isin(rows, dev), sync[rows] & on_gpu, launches[rows] | name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy()[rows],
          (kind[rows] == "compute")],
-        ["marker", "comm", "memory", "compute", "sync", "launch", "compute"], default="host")
-    nodes = pd.DataFrame({
+        [NODE_CATS.index(c) for c in ("marker", "comm", "memory", "compute", "sync", "launch", "compute")],
+        default=NODE_CATS.index("host")).astype(np.int8)  # codes of NODE_CATS: a byte a node, not a string
+    if len(steps) and END_MARKER not in names:  # a trace may hold an event of that name (a re-read export)
+        names = names.append(pd.Index([END_MARKER]))  # appended: every code of ``name`` still names the same
+    codes = name.cat.codes.to_numpy()
+    nodes = pd.DataFrame({  # the arrays as they are (copy=False): a large trace has millions of nodes
         "rank": np.full(len(rows), rank, dtype=np.int32), "lane": lane_key[rows],
         "start_ns": ts[rows], "end_ns": np.where(np.isin(rows, steps), ts[rows], ts[rows] + dur[rows]),
         "step": np.where(np.isin(rows, steps), step_of_row.reindex(rows).fillna(-1).to_numpy(dtype=np.int64),
                          events["step"].to_numpy()[rows]),
-        "cat": node_cat,
-        "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[rows], categories=names),
+        "cat": pd.Categorical.from_codes(node_cat, categories=list(NODE_CATS)),
+        "name": pd.Categorical.from_codes(codes[rows], categories=names),
         "row": rows, "is_marker": np.isin(rows, steps),
-    })
+    }, copy=False)
+    del node_cat
     loader = name.isin(names[names.str.match(DATA_LOADER.pattern)]).to_numpy() & valid
     nodes["in_data"] = _inside(nodes, lane_key[loader], ts[loader], ts[loader] + dur[loader]) & ~nodes["is_marker"]
     # A zero-length node where each DataLoader __next__ ends: the unrecorded time before it is data loading too.
     ends = np.flatnonzero(loader & on_host_lane)
-    nodes = pd.concat([nodes, pd.DataFrame({
+    added = [pd.DataFrame({
         "rank": np.full(len(ends), rank, dtype=np.int32), "lane": lane_key[ends], "start_ns": ts[ends] + dur[ends],
-        "end_ns": ts[ends] + dur[ends], "step": events["step"].to_numpy()[ends], "cat": "data",
-        "name": pd.Categorical.from_codes(name.cat.codes.to_numpy()[ends], categories=names),
-        "row": -1 - np.arange(len(ends)), "is_marker": False, "in_data": True})], ignore_index=True)
+        "end_ns": ts[ends] + dur[ends], "step": events["step"].to_numpy()[ends],
+        "cat": pd.Categorical.from_codes(np.full(len(ends), NODE_CATS.index("data")), categories=list(NODE_CATS)),
+        "name": pd.Categorical.from_codes(codes[ends], categories=names),
+        "row": -1 - np.arange(len(ends)), "is_marker": False, "in_data": True})]
     end_bound = None
-    if len(steps):
-        if END_MARKER not in nodes["name"].cat.categories:  # a trace may hold an event of that name (a re-read export)
-            nodes["name"] = nodes["name"].cat.add_categories([END_MARKER])
+    if len(steps):  # the DataLoader ends are not device work: the marker is the same with or without them
         marker, end_bound = _end_marker(events, step_of_row, lane_key, ts + dur, nodes)
-        nodes = pd.concat([nodes, marker], ignore_index=True)
+        added.append(marker)
+    nodes = pd.concat([nodes, *added], ignore_index=True)
+    del added
     nodes["name"] = nodes["name"].cat.remove_unused_categories()
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
     nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
@@ -220,8 +226,7 @@ def _waits(nodes: pd.DataFrame, on_gpu: bool, ps: np.ndarray) -> np.ndarray:
     pe = np.full(len(nodes), -1, dtype=np.int64)
     start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
     prev_end = _lane_prev_end(nodes)
-    cat = nodes["cat"].astype(str).to_numpy()
-    is_dev = np.isin(cat, ("compute", "memory", "comm")) if on_gpu else (cat == "comm")
+    is_dev = (nodes["cat"].isin(["compute", "memory", "comm"]) if on_gpu else nodes["cat"] == "comm").to_numpy()
     if on_gpu:
         known = np.maximum(prev_end, np.where(ps >= 0, start[np.maximum(ps, 0)], -np.inf))
         lanes = nodes["lane"].to_numpy()
@@ -258,9 +263,8 @@ def _waits(nodes: pd.DataFrame, on_gpu: bool, ps: np.ndarray) -> np.ndarray:
 def _drains(nodes: pd.DataFrame) -> np.ndarray:
     """GPU ranks: a synchronizing call ends after the last device event that ended inside it."""
     dr = np.full(len(nodes), -1, dtype=np.int64)
-    cat = nodes["cat"].astype(str).to_numpy()
-    syncs = np.flatnonzero(cat == "sync")
-    dev = np.flatnonzero(np.isin(cat, ("compute", "memory", "comm")))
+    syncs = np.flatnonzero((nodes["cat"] == "sync").to_numpy())
+    dev = np.flatnonzero(nodes["cat"].isin(["compute", "memory", "comm"]).to_numpy())
     if len(syncs) == 0 or len(dev) == 0:
         return dr
     start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()

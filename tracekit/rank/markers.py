@@ -23,6 +23,7 @@ def end_marker(events: pd.DataFrame, step_of_row: pd.Series, lane_key: np.ndarra
         t, bound = int(work["end_ns"].iloc[at]), int(work["row"].iloc[at])
     return pd.DataFrame({
         "rank": np.array([events["rank"].iloc[0]], dtype=np.int32), "lane": lane_key[[last_row]],
-        "start_ns": [t], "end_ns": [t], "step": last + 1, "cat": "marker",
+        "start_ns": [t], "end_ns": [t], "step": last + 1,
+        "cat": pd.Series(["marker"], dtype=nodes["cat"].dtype),
         "name": pd.Categorical([END_MARKER], categories=nodes["name"].cat.categories),
         "row": np.array([END_ROW]), "is_marker": True, "in_data": False}), bound
