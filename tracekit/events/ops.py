@@ -26,6 +26,7 @@ import pandas as pd
 
 from tracekit import devices
 from tracekit.events.flops import MATMUL_CLASS, op_cost
+from tracekit.events.grouping import Groups
 from tracekit.events.optree import has_marked_descendant, op_tree, subtree_sums
 from tracekit.read.kineto import decode_raw
 from tracekit.opschema import OP_COLUMNS, OP_SHAPE_COLUMNS, OP_STEP_COLUMNS, STEP_FLOP_COLUMNS
@@ -52,40 +53,77 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     if ops.empty:
         return (pd.DataFrame(columns=list(OP_SHAPE_COLUMNS)), pd.DataFrame(columns=list(OP_COLUMNS)),
                 pd.DataFrame(columns=list(STEP_FLOP_COLUMNS)), pd.DataFrame(columns=list(OP_STEP_COLUMNS)))
-    per_call, step, in_window, flop_steps = _per_call(ops, events, steps, window, peaks, device_rank, launched)
-    by_shape = _grouped(per_call, ["rank", *_KEY], peaks, device_rank)
-    by_name = _grouped(per_call, ["rank", "name"], peaks, device_rank)  # the shape columns are not summed
-    # One unknown makes the step's sum unknown.
-    flop_steps = _sums(flop_steps, ["rank", "step"], [], ["matmul_flops", "matmul_at_peak_us"])
-    flop_steps = _every_step(flop_steps, steps, int(ops["rank"].iloc[0]), has_operators(ops),
-                             peaks is not None)
+    step = _step_of(ops["ts_ns"].to_numpy(), steps)
+    in_window = np.isin(step, window["step"].to_numpy()) if len(steps) else np.ones(len(ops), dtype=bool)
     stepped = in_window & (step >= 0)
-    windowed = per_call.loc[stepped, ["rank", "name", "calls", "host_self_us", "device_self_us"]].assign(
-        step=step[stepped])
-    op_steps = _sums(windowed, ["rank", "step", "name"], ["calls", "host_self_us"], ["device_self_us"])
+    groups = {"shape": Groups(ops[["rank", *_KEY]], sort=False, dropna=False),
+              "name": Groups(ops[["rank", "name"]], sort=False, dropna=False)}
+    per_step = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
+                                    "name": ops["name"].array[stepped]}), sort=True, dropna=True)
+    sums = {k: {} for k in groups}
+    step_sums = {}
+    # Each per-call column is made, reduced for every table that reads it, and let go before the next one.
+    for column, values in _per_call(ops, events, step, in_window, peaks, device_rank, launched):
+        for key, g in groups.items():
+            sums[key].update(_reduced(g, column, values))
+        if column in ("calls", "host_self_us"):
+            step_sums[column] = per_step.sum(values[stepped])
+        elif column == "device_self_us":
+            step_sums[column] = per_step.strict_sum(values[stepped])
+        elif column == "flop_steps":  # one unknown makes the step's sum unknown
+            flop_steps = _sums(values, ["rank", "step"], [], ["matmul_flops", "matmul_at_peak_us"])
+    by_shape = _grouped(groups["shape"].keys, sums["shape"], peaks, device_rank)
+    by_name = _grouped(groups["name"].keys, sums["name"], peaks, device_rank)  # the shape columns are not summed
+    flop_steps = _every_step(flop_steps, steps, int(ops["rank"].iloc[0]), has_operators(ops), peaks is not None)
+    op_steps = per_step.keys.assign(**step_sums)
     return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
             op_steps[list(OP_STEP_COLUMNS)])
 
 
-def _per_call(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, window: pd.DataFrame,
-              peaks: devices.DevicePeaks | None, device_rank: bool, launched) -> tuple:
-    """(a row per call with its times, FLOPs and bytes; each call's step; whether it is in the window; the matmul
-    FLOPs and time at peak of each call in a step) of ``op_tables``: what the tables are grouped from. Its working arrays
-    end with it, before the grouping starts."""
+_SUMMED = ("calls", "host_self_us", "host_total_us", "device_self_us", "device_us", "flops", "bytes", "counted_flops",
+           "window_counted_flops", "flops_arg")
+
+
+def _reduced(groups: Groups, column: str, values: np.ndarray) -> dict[str, np.ndarray]:
+    """What the op tables keep of one per-call column, per group."""
+    if column == "kind":
+        return {"kind": groups.first(values)}
+    if column == "dtype":  # one dtype: the first call's (missing included); calls of several: "mixed"
+        return {"dtype": np.where(groups.nunique(values) <= 1, groups.first(values, skipna=False), "mixed")}
+    if column not in _SUMMED:
+        return {}
+    out = {column: groups.sum(values, min_count=1)}
+    if column in ("flops", "bytes"):  # a sum of FLOPs or bytes over calls is known only when every call's is
+        out[column] = np.where(groups.all(np.isfinite(values)), out[column], np.nan)
+    return out
+
+
+def _per_call(ops: pd.DataFrame, events: pd.DataFrame, step: np.ndarray, in_window: np.ndarray,
+              peaks: devices.DevicePeaks | None, device_rank: bool, launched):
+    """The per-call columns of ``op_tables``, one (name, array) at a time: times, FLOPs and bytes of each call, its
+    kind and dtype, and last ``flop_steps`` (a frame: the matmul FLOPs and time at peak of each call in a step).
+    Each working array is let go once used: a large trace has millions of ops, each array 8 bytes an op."""
     start = ops["ts_ns"].to_numpy()
     dur = ops["dur_ns"].to_numpy()
-    # Each working array is let go once used: a large trace has millions of ops, each array 8 bytes an op.
+    yield "calls", np.ones(len(ops), dtype=np.int64)
+    yield "host_total_us", dur / 1e3
+    yield "flops_arg", ops["flops_arg"].to_numpy()
     parent, depth = op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur)
     child = np.zeros(len(ops))
     has_parent = parent >= 0
     np.add.at(child, parent[has_parent], dur[has_parent])
-    host_self_us = (dur - child) / 1e3
-    del child, has_parent
+    del has_parent
+    yield "host_self_us", (dur - child) / 1e3
+    del child
     device_self = _device_self(ops, launched or launches(ops, events)) if device_rank else np.full(len(ops), np.nan)
-    device_us = subtree_sums(device_self, parent, depth) / 1e3
-    device_self /= 1e3  # us from here on
+    yield "device_us", subtree_sums(device_self, parent, depth) / 1e3
+    yield "device_self_us", device_self / 1e3
+    del device_self
     cost = _costs(ops, peaks)
+    for column in ("bytes", "kind", "dtype"):
+        yield column, cost.pop(column)
     flops = cost.pop("flops")
+    yield "flops", flops
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
     matmul = matmul_name & np.isfinite(flops)
     innermost = ~has_marked_descendant(matmul, parent, depth)
@@ -93,26 +131,18 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     counted = np.where(matmul & innermost, flops, 0.0)
     # A matmul-class op with unknown FLOPs and none known below it: its step's FLOPs are unknown, not smaller.
     unknown = matmul_name & ~np.isfinite(flops) & innermost
-    del matmul_name, matmul, innermost
-    step = _step_of(start, steps)
-    in_window = np.isin(step, window["step"].to_numpy()) if len(steps) else np.ones(len(ops), dtype=bool)
-    per_call = pd.DataFrame({  # the arrays as they are (copy=False): no second copy of every column at once
-        **{c: ops[c].array for c in ["rank", *_KEY]}, "calls": np.ones(len(ops), dtype=np.int64),
-        "host_self_us": host_self_us, "host_total_us": dur / 1e3, "device_self_us": device_self,
-        "device_us": device_us, "flops": flops, "bytes": cost.pop("bytes"),
-        "counted_flops": counted, "window_counted_flops": np.where(in_window, counted, 0.0),
-        "flops_arg": ops["flops_arg"].to_numpy(), "kind": cost.pop("kind"), "dtype": cost.pop("dtype")}, copy=False)
-    del host_self_us, device_self, device_us, flops
+    del matmul_name, matmul, innermost, flops
+    yield "counted_flops", counted
+    yield "window_counted_flops", np.where(in_window, counted, 0.0)
     peak = cost.pop("peak_flops")
     # Time at peak: unknown for every op of a rank whose device's peaks are unknown (a CPU rank, an unnamed device),
     # even one with no FLOPs, so that its MFU is unknown, not 0.
     at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
     del peak
     stepped = step >= 0
-    flop_steps = pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
-                               "matmul_flops": np.where(unknown, np.nan, counted)[stepped],
-                               "matmul_at_peak_us": np.where(unknown, np.nan, at_peak)[stepped]})
-    return per_call, step, in_window, flop_steps
+    yield "flop_steps", pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
+                                      "matmul_flops": np.where(unknown, np.nan, counted)[stepped],
+                                      "matmul_at_peak_us": np.where(unknown, np.nan, at_peak)[stepped]})
 
 
 def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
@@ -248,23 +278,12 @@ def _step_of(start: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(inside, ordered["step"].to_numpy()[np.maximum(at, 0)], -1)
 
 
-def _grouped(per_call: pd.DataFrame, key: list[str], peaks, device_rank: bool) -> pd.DataFrame:
-    sums = ["calls", "host_self_us", "host_total_us", "device_self_us", "device_us", "flops", "bytes",
-            "counted_flops", "window_counted_flops", "flops_arg"]
-    # A sum of FLOPs or bytes over calls is known only when every call's is.
-    per_call = per_call.assign(**{f"_{c}_known": np.isfinite(per_call[c].to_numpy(dtype=np.float64))
-                                  for c in ("flops", "bytes")})
-    grouped = per_call.groupby(key, observed=True, sort=False, dropna=False)
-    # A column at a time: summing the columns together would first copy them all into one block.
-    out = pd.concat([grouped[c].sum(min_count=1) for c in sums], axis=1).reset_index()
+def _grouped(keys: pd.DataFrame, sums: dict[str, np.ndarray], peaks, device_rank: bool) -> pd.DataFrame:
+    """One op table from its groups' keys and per-group sums (``_reduced``), with the achieved and roofline
+    columns."""
+    out = keys.assign(**{c: sums[c] for c in _SUMMED})
     out["calls"] = out["calls"].astype(np.int64)
-    out["kind"] = grouped["kind"].first().to_numpy()
-    # One dtype: the first call's (missing included); calls of several: "mixed".
-    first, distinct = grouped["dtype"].first(skipna=False).to_numpy(), grouped["dtype"].nunique(dropna=True).to_numpy()
-    out["dtype"] = np.where(distinct <= 1, first, "mixed")
-    for col in ("flops", "bytes"):
-        known = grouped[f"_{col}_known"].all().to_numpy()
-        out[col] = np.where(known, out[col].to_numpy(), np.nan)
+    out["kind"], out["dtype"] = sums["kind"], sums["dtype"]
     measured_us = out["device_us"].to_numpy() if device_rank else out["host_total_us"].to_numpy()
     measured_us = np.where(measured_us > 0, measured_us, np.nan)
     out["achieved_tflops"] = out["flops"] / measured_us / 1e6

@@ -1,0 +1,55 @@
+"""Group a table's rows once, then reduce one column at a time: each per-row column can be made, reduced and let go
+before the next, so a table of millions of rows never holds all its per-row columns at once.
+
+``Groups(keys, sort, dropna)`` numbers the groups as ``keys.groupby(list(keys), observed=True, sort=sort,
+dropna=dropna)`` would, and each reduction runs pandas' own grouped kernel over the rows in table order, so the
+results are those of the DataFrame groupby, to the last bit (pandas sums with compensated summation, row by row).
+
+    groups = Groups(ops[["name"]], sort=False, dropna=False)
+    table = groups.keys.assign(host_us=groups.sum(host_ns / 1e3, min_count=1))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+class Groups:
+    """The groups of ``keys``' rows: ``keys`` (one row per group, in group order) and the reductions below, each
+    taking one array with a value per row of the table (dropped rows included) and giving one per group."""
+
+    def __init__(self, keys: pd.DataFrame, sort: bool, dropna: bool) -> None:
+        number = keys.groupby(list(keys.columns), observed=True, sort=sort, dropna=dropna).ngroup()
+        gid = number.fillna(-1).to_numpy().astype(np.int64)  # -1: a row with a missing key, dropped (dropna)
+        self.kept = None if (gid >= 0).all() else gid >= 0
+        self.gid = gid if self.kept is None else gid[self.kept]
+        _, first = np.unique(self.gid, return_index=True)
+        rows = np.arange(len(keys)) if self.kept is None else np.flatnonzero(self.kept)
+        self.keys = keys.iloc[rows[first]].reset_index(drop=True)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _by(self, values) -> pd.core.groupby.SeriesGroupBy:
+        values = np.asarray(values) if self.kept is None else np.asarray(values)[self.kept]
+        return pd.Series(values).groupby(self.gid, sort=True)
+
+    def sum(self, values, min_count: int = 0) -> np.ndarray:
+        """Per group: the sum (NaN skipped; NaN where fewer than ``min_count`` values are known)."""
+        return self._by(values).sum(min_count=min_count).to_numpy()
+
+    def strict_sum(self, values) -> np.ndarray:
+        """Per group: the sum, NaN where any value is NaN (one unknown makes the sum unknown)."""
+        values = np.asarray(values)
+        return np.where(self._by(np.isnan(values)).any().to_numpy(), np.nan, self.sum(values))
+
+    def all(self, values) -> np.ndarray:
+        return self._by(values).all().to_numpy()
+
+    def first(self, values, skipna: bool = True) -> np.ndarray:
+        return self._by(values).first(skipna=skipna).to_numpy()
+
+    def nunique(self, values) -> np.ndarray:
+        """Per group: the distinct values, missing ones not counted."""
+        return self._by(values).nunique(dropna=True).to_numpy()
