@@ -119,10 +119,10 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, step: np.ndarray, in_wind
     yield "device_us", subtree_sums(device_self, parent, depth) / 1e3
     yield "device_self_us", device_self / 1e3
     del device_self
-    cost = _costs(ops, peaks)
+    cost, inverse = _costs(ops, peaks)
     for column in ("bytes", "kind", "dtype"):
-        yield column, cost.pop(column)
-    flops = cost.pop("flops")
+        yield column, cost[column][inverse]
+    flops = cost["flops"][inverse]
     yield "flops", flops
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
     matmul = matmul_name & np.isfinite(flops)
@@ -134,7 +134,8 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, step: np.ndarray, in_wind
     del matmul_name, matmul, innermost, flops
     yield "counted_flops", counted
     yield "window_counted_flops", np.where(in_window, counted, 0.0)
-    peak = cost.pop("peak_flops")
+    peak = cost["peak_flops"][inverse]
+    del inverse
     # Time at peak: unknown for every op of a rank whose device's peaks are unknown (a CPU rank, an unnamed device),
     # even one with no FLOPs, so that its MFU is unknown, not 0.
     at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
@@ -157,16 +158,23 @@ def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
     return {"matmul_device_us": float(time.sum()), "matmul_reduced_us": float(time[reduced].sum())}
 
 
-def _costs(ops: pd.DataFrame, peaks: devices.DevicePeaks | None) -> dict[str, np.ndarray]:
-    """op_cost of every op (flops, bytes, kind, dtype arrays) and the device's peak FLOP/s at its dtype
-    (peak_flops), computed once per distinct (name, Input Dims, Input type, Concrete Inputs): the distinct rows are
-    found from the columns' codes, with no object per op."""
+def _costs(ops: pd.DataFrame, peaks: devices.DevicePeaks | None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(costs, inverse): op_cost (flops, bytes, kind, dtype) and the device's peak FLOP/s at its dtype
+    (peak_flops) of each distinct (name, Input Dims, Input type, Concrete Inputs), and each op's distinct row:
+    ``costs[c][inverse]`` is column ``c`` per op, made only when it is used (8 bytes an op each). The distinct rows
+    are found from the columns' codes, with no object per op."""
     key = ["name", "input_dims", "input_type", "concrete_inputs"]
     combined = np.zeros(len(ops), dtype=np.int64)
     for col in key:  # one code per distinct tuple so far, then the next column's code within it (NaN: code -1)
         codes = ops[col].astype("category").cat.codes.to_numpy().astype(np.int64) + 1
         combined = pd.factorize(combined * (int(codes.max(initial=0)) + 1) + codes)[0].astype(np.int64)
-    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    del codes
+    # factorize numbers the distinct rows 0, 1, ... in order of first appearance, so the codes are each op's distinct
+    # row, and a row first appears where its code first exceeds all before it: no sort of every op needed.
+    inverse = combined
+    seen = np.maximum.accumulate(np.concatenate([[-1], inverse[:-1]])) if len(inverse) else inverse
+    first = np.flatnonzero(inverse > seen)
+    del seen
     distinct = ops[key].iloc[first]
     rows = [op_cost(str(n), _decoded(d), _decoded(t), _decoded(c)) for n, d, t, c in distinct.itertuples(index=False)]
     columns = {"flops": [r.flops for r in rows], "bytes": [r.bytes for r in rows], "kind": [r.kind for r in rows],
@@ -175,7 +183,7 @@ def _costs(ops: pd.DataFrame, peaks: devices.DevicePeaks | None) -> dict[str, np
                 for c, v in columns.items()}
     distinct["peak_flops"] = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in distinct["dtype"]],
                                       dtype=np.float64) * 1e12  # per second, at the op's dtype
-    return {c: v[inverse] for c, v in distinct.items()}
+    return distinct, inverse
 
 
 def _decoded(text) -> list | None:
