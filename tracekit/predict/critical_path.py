@@ -37,10 +37,18 @@ def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray,
     """Per node, in the measured run: which input bound its start (0 lane, 1 launch/enqueue, 2 wait, 3 anchor),
     and the node whose end bound its end (-1: its own start)."""
     start, end, first = model.start, model.end, model.first
-    prev_end = np.where(first, -np.inf, np.concatenate([[-np.inf], end[:-1]]))
-    inputs = np.vstack([prev_end, np.where(model.ps >= 0, start[np.maximum(model.ps, 0)], -np.inf),
-                        np.where(model.pe >= 0, end[np.maximum(model.pe, 0)], -np.inf), model.anchor])
-    start_by = np.argmax(inputs, axis=0)
+    # The latest of the four inputs, the first of them on a tie (as argmax over them stacked), one input at a
+    # time: no four-row copy of every node's inputs.
+    latest = np.where(first, -np.inf, np.concatenate([[-np.inf], end[:-1]]))
+    start_by = np.zeros(len(start), dtype=np.int64)
+    for by, values in ((1, lambda: np.where(model.ps >= 0, start[np.maximum(model.ps, 0)], -np.inf)),
+                       (2, lambda: np.where(model.pe >= 0, end[np.maximum(model.pe, 0)], -np.inf)),
+                       (3, lambda: model.anchor)):
+        value = values()
+        later = value > latest
+        latest[later], start_by[later] = value[later], by
+        del value, later
+    del latest
     group = model.group
     member = np.flatnonzero(group >= 0)
     last = np.full(len(start), -1, dtype=np.int64)

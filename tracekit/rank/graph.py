@@ -135,6 +135,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     launched = nodes["cat"].isin(["compute", "memory", "comm"]).to_numpy() & (launch_of >= 0)
     src = position.reindex(launch_of[launched]).to_numpy()
     ps[np.flatnonzero(launched)] = np.where(np.isnan(src), -1, src).astype(np.int64)
+    del node_rows, launch_of, launched, src
     if not on_gpu:
         _enqueue_edges(nodes, events[name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy() & valid], ps)
     busy = np.zeros(len(nodes), dtype=np.int64)
@@ -148,8 +149,10 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     pe = _waits(nodes, on_gpu, ps)
     if end_bound is not None:  # the last step ends when its device work does: the end marker waits for it
         pe[int(position[_END_ROW])] = int(position[end_bound])
+    del position
     out = nodes.assign(ps=ps, pe=pe, dr=_drains(nodes) if on_gpu else -1,
                        coll=_collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
+    del nodes, ps, pe, busy  # ``out`` holds what is kept; the columns replaced below end with it
     out["lane"] = pd.factorize(out["lane"])[0].astype(np.int32)
     out["cat"] = pd.Categorical(out["cat"], categories=list(NODE_CATS))
     return out[GRAPH_COLUMNS]
@@ -285,6 +288,6 @@ def _collective_rows(nodes: pd.DataFrame, collectives: pd.DataFrame) -> np.ndarr
     table = pd.DataFrame({"start_ns": collectives["start_ns"].to_numpy(), "name": collectives["name"].astype(str).to_numpy(),
                           "pos": np.arange(len(collectives))}).drop_duplicates(["start_ns", "name"])
     found = pd.DataFrame({"start_ns": nodes["start_ns"].to_numpy()[comm],
-                          "name": nodes["name"].astype(str).to_numpy()[comm]}).merge(table, how="left")
+                          "name": nodes["name"].iloc[comm].astype(str).to_numpy()}).merge(table, how="left")
     coll[comm] = found["pos"].fillna(-1).to_numpy(dtype=np.int64)
     return coll
