@@ -287,6 +287,66 @@ def test_where_optimisation_pays_by_replay(tmp_path):
     assert found.severity == "high" and "aten::mm" in found.message and "-45%" in found.message
 
 
+def test_a_known_roofline_on_ops_that_took_no_device_time_has_no_candidate(tmp_path):
+    """Two A100 ranks whose only matmul (mm, roofline known from its shapes) launched no kernel: its device time is
+    0, so there is nothing to shorten and the optimisation table is empty. (Across ranks the op names are text, not
+    one categorical, and the empty candidates' critical-path column came out as text: a TypeError.) The relu's
+    kernel makes each rank a device rank."""
+    mm = {"Input Dims": [[64, 128], [128, 32]], "Input type": ["float", "float"]}
+    for rank in (0, 1):
+        events = []
+        for k in (1, 2, 3):
+            t = (k - 1) * 1000
+            events += [step(k, t, 1000), cpu("aten::mm", t + 10, 40, **{"External id": k, **mm}),
+                       cpu("aten::relu" if rank else "aten::gelu", t + 60, 20, **{"External id": 10 + k}),
+                       {**launch(t + 70, correlation=k), "args": {"correlation": k, "External id": 10 + k}},
+                       kernel("act_kernel", t + 100, 30, correlation=k, **{"External id": 10 + k})]
+        write_trace(tmp_path / f"rank-{rank}.json.gz", events, rank=rank, world_size=2, deviceProperties=A100)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    mm_rows = s.ops[s.ops["name"] == "aten::mm"]
+    # fp32 mm: 2*64*128*32 FLOPs at 19.5 TFLOPS = 26.9 ns; its (64*128 + 128*32 + 64*32) * 4 B at 2039 GB/s = 28.1 ns
+    assert list(mm_rows["rank"]) == [0, 1] and (mm_rows["device_us"] == 0).all()
+    assert mm_rows["roofline_us"].tolist() == pytest.approx([3 * (64 * 128 + 128 * 32 + 64 * 32) * 4 / 2039e9 * 1e6] * 2,
+                                                            rel=1e-3)
+    assert s.optimization.empty and list(s.optimization.columns) == list(tracekit.opschema.OPTIMIZATION_COLUMNS)
+    assert "roofline_gap" not in [f.kind for f in s.findings]
+
+
+def test_an_op_off_the_critical_path_is_no_candidate_and_leaves_no_blank_row(tmp_path):
+    """Host-bound steps: a bf16 mm (roofline known) launches a 30 us kernel at +20 us, then the host computes for
+    900 us (aten::cumsum, no kernel). The kernel ends long before the host does, so the mm's critical-path time is
+    0: nothing to gain from it, and the table is empty (it held a row of NaN: the gap column assigned to the empty
+    frame brought its index)."""
+    mm = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
+    events = []
+    for k in (1, 2, 3):
+        t = (k - 1) * 1000
+        events += [step(k, t, 1000), cpu("aten::mm", t + 10, 20, **{"External id": k, **mm}),
+                   {**launch(t + 15, correlation=k), "args": {"correlation": k, "External id": k}},
+                   kernel("ampere_bf16_gemm", t + 20, 30, correlation=k, **{"External id": k}),
+                   cpu("aten::cumsum", t + 40, 900, **{"External id": 10 + k})]
+    s = _gpu_run(tmp_path, events, deviceProperties=A100)
+    mm_row = s.ops.set_index("name").loc["aten::mm"]
+    assert mm_row["device_us"] == 90 and mm_row["roofline_us"] == pytest.approx(3 * 2 * 1024 ** 3 / 312e12 * 1e6)
+    assert s.optimization.empty
+
+
+def test_a_step_of_0_us_has_unknown_mfu_and_a_rank_without_steps_keeps_the_others_numeric(tmp_path):
+    """Rank 0's only step (a 0 us annotation matched by the step pattern) has no time, so its MFU is unknown, not
+    inf (and not a ZeroDivisionError); rank 1 has no step, and its empty step table does not make the run's step
+    columns Python objects. The mm (at +1 us) runs after the step has ended: no saving can be quoted in % of a 0 us
+    step."""
+    mm = {"Input Dims": [[64, 128], [128, 32]], "Input type": ["float", "float"]}
+    for rank in (0, 1):
+        events = [cpu("marker", 0, 0, cat="user_annotation")] if rank == 0 else []
+        events += [cpu("aten::mm", 1, 50, **mm), launch(2, 1), kernel("gemm", 10, 30, correlation=1)]
+        write_trace(tmp_path / f"rank-{rank}.json", events, rank=rank, world_size=2, deviceProperties=A100)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1, step_pattern="marker", window="all_steps")
+    assert s.steps[["rank", "step", "step_us"]].to_dict("records") == [{"rank": 0, "step": 0, "step_us": 0.0}]
+    assert s.steps["step_us"].dtype == np.float64 and math.isnan(s.steps.loc[0, "mfu_pct"])
+    assert s.ranks["mfu_pct"].isna().all() and s.optimization.empty
+
+
 def test_the_profilers_own_flops_arg_is_read(tmp_path):
     """with_flops=True writes a 'flops' arg on matmul ops: kept beside tracekit's count, summed over calls."""
     mm = {"Input Dims": [[64, 128], [128, 32]], "Input type": ["float", "float"], "flops": 524288}

@@ -162,9 +162,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     stage("joining ranks")
     check_unique_ranks(r.meta for r in results)
     results = sorted(results, key=lambda r: r.meta.rank)
-    steps = pd.concat([r.steps for r in results], ignore_index=True)
-    collectives = pd.concat([r.collectives for r in results], ignore_index=True)
-    gaps = pd.concat([r.gaps for r in results], ignore_index=True)
+    steps, collectives, gaps = (_stacked([getattr(r, t) for r in results]) for t in ("steps", "collectives", "gaps"))
 
     group = crossrank.match_keys(collectives)
     offsets = clocks.clock_offsets(collectives, group, {r.meta.rank: r.meta.host_name for r in results})
@@ -177,7 +175,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     collectives = pd.concat([collectives, crossrank.timing(collectives, group, start_ns, set(unreliable))], axis=1)
     origin_ns = min(r.origin_ns - shift.get(r.meta.rank, 0) for r in results)
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
-    fsdp = _relative(_shift(pd.concat([r.fsdp for r in results], ignore_index=True), shift), origin_ns)
+    fsdp = _relative(_shift(_stacked([r.fsdp for r in results]), shift), origin_ns)
 
     steps = whatruns.with_step_flops(steps, results)
     ranks = _rank_table(results, steps, collectives)
@@ -201,6 +199,13 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     found = roofline_findings.merged(summary.findings, summary.optimization)
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
     return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
+
+
+def _stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The ranks' rows of one table, in order. A rank's empty table is left out, so its untyped (object) columns do
+    not turn the others' numbers into Python objects (whose 0.0 / 0 raises); all empty: the first."""
+    parts = [f for f in frames if len(f)]
+    return pd.concat(parts, ignore_index=True) if parts else frames[0]
 
 
 def _data_quality(results: list[RankResult], steps: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,8 @@ def optimization(graph: pd.DataFrame, model: replay.Model, window_steps: pd.Data
     measured = np.where(ops["rank"].isin(device_ranks), ops["device_us"], ops["host_total_us"]).astype(float)
     known = ops.assign(measured_us=measured)
     known = known[np.isfinite(known["roofline_us"]) & (known["measured_us"] > 0)]
+    if known.empty:  # rooflines known only for ops that took no measured time: nothing to shorten
+        return empty
     factor = {(int(r), str(n)): min(float(f), 1.0) for r, n, f in
               zip(known["rank"], known["name"], known["roofline_us"] / known["measured_us"])}
     node_op = _node_ops(graph, kernel_ops, device_ranks)
@@ -39,9 +41,10 @@ def optimization(graph: pd.DataFrame, model: replay.Model, window_steps: pd.Data
     candidates = known.groupby("name", observed=True).agg(
         ranks=("rank", lambda r: tuple(sorted(int(x) for x in r))), measured_us=("measured_us", "sum"),
         roofline_us=("roofline_us", "sum")).reset_index()
-    candidates["critical_path_us"] = candidates["name"].map(on_path).fillna(0.0)
+    candidates["critical_path_us"] = candidates["name"].map(on_path).astype(float).fillna(0.0)
     gap = candidates["critical_path_us"] * (1 - candidates["roofline_us"] / candidates["measured_us"])
-    candidates = candidates[(gap > 0).to_numpy()].assign(gap=gap).nlargest(top, "gap")
+    # gap is set before the filter: assigned to an empty frame, a Series would bring its index (a row of NaN)
+    candidates = candidates.assign(gap=gap)[(gap > 0).to_numpy()].nlargest(top, "gap")
     if candidates.empty:
         return empty
     measured_boundaries = replay.measured_boundaries(graph, model)
@@ -55,7 +58,8 @@ def optimization(graph: pd.DataFrame, model: replay.Model, window_steps: pd.Data
         rows.append({"name": row.name, "ranks": row.ranks, "critical_path_us": row.critical_path_us,
                      "measured_us": row.measured_us, "roofline_us": row.roofline_us,
                      "pct_of_roofline": row.roofline_us / row.measured_us * 100, "predicted_step_us": predicted,
-                     "predicted_saving_us": base - predicted, "saving_pct": (base - predicted) / base * 100})
+                     "predicted_saving_us": base - predicted,
+                     "saving_pct": (base - predicted) / base * 100 if base > 0 else np.nan})  # 0 us steps: no %
     out = pd.DataFrame(rows, columns=list(OPTIMIZATION_COLUMNS))
     return out.sort_values("predicted_saving_us", ascending=False, ignore_index=True)
 

@@ -41,7 +41,7 @@ def with_step_flops(steps: pd.DataFrame, results) -> pd.DataFrame:
     # no operator, or none of a usable duration, ``tracekit.events.ops``); a step it lacks (a rank without ops) is
     # unknown.
     out = steps.astype({"rank": np.int64, "step": np.int64}).merge(flops, on=["rank", "step"], how="left")
-    out["mfu_pct"] = out["matmul_at_peak_us"] / out["step_us"] * 100
+    out["mfu_pct"] = _pct(out["matmul_at_peak_us"], out["step_us"])
     return out.astype({"rank": steps["rank"].dtype, "step": steps["step"].dtype}) if len(steps) else out
 
 
@@ -51,4 +51,10 @@ def rank_flops(steps: pd.DataFrame) -> pd.DataFrame:
     grouped = window.groupby("rank")
     at_peak = grouped["matmul_at_peak_us"].agg(lambda v: v.sum(skipna=False))
     return pd.DataFrame({"matmul_flops_per_step": grouped["matmul_flops"].agg(lambda v: v.mean(skipna=False)),
-                         "mfu_pct": at_peak / grouped["step_us"].sum() * 100}).reset_index()
+                         "mfu_pct": _pct(at_peak, grouped["step_us"].sum())}).reset_index()
+
+
+def _pct(at_peak: pd.Series, step_us: pd.Series) -> pd.Series:
+    """at_peak / step_us in %, as floats; NaN where no step time passed (a step of 0 us has no utilisation)."""
+    step_us = step_us.astype(float)
+    return (at_peak.astype(float) / step_us.where(step_us > 0)) * 100
