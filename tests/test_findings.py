@@ -305,3 +305,16 @@ def test_findings_are_ordered_by_what_their_fix_gains():
     assert [f.severity for f in found] == ["low", "medium", "medium", "low"]
     assert found[-1].message == ("a seen. The step is bound by host time (80% of the critical path), then compute "
                                  "(18% of the critical path) instead.")
+
+
+def test_a_rank_of_no_device_time_beside_one_of_0_us_span_gets_no_share_and_no_error(tmp_path):
+    """Rank 0 ran no device event (its device times are unknown: NaN), rank 1 one kernel of 0 us (a span of 0 us,
+    exposed comm 0). Shares of a 0 us span are unknown, so no exposed-comm finding; the run's rank columns stay
+    numbers (rank 0's row of unknowns made them Python objects, and 0.0 / 0.0 raised ZeroDivisionError)."""
+    s = run(tmp_path, {0: [step(1, 0, 100), cpu("aten::add", 10, 20)],
+                       1: [step(1, 0, 100), kernel("elementwise_kernel", 10, 0)]}, deviceProperties=V100)
+    ranks = s.ranks.set_index("rank")
+    assert ranks.loc[1, "span_us"] == 0 and ranks.loc[1, "exposed_comm_us"] == 0
+    assert pd.isna(ranks.loc[0, "span_us"]) and ranks["span_us"].dtype == "float64"
+    assert ranks["exposed_comm_us"].dtype == "float64" and finding.share_of_span(s.ranks, "exposed_comm_us").isna().all()
+    assert "exposed_comm" not in [f.kind for f in s.findings]

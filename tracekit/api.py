@@ -269,6 +269,7 @@ def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.
     table.loc[none, "allreduce_us"] = 0.0
     table.loc[none, "allreduce_bytes"] = 0.0
     table["last_arrivals"] = table["last_arrivals"].astype("Int64")  # missing: no collective matched on another rank
+    table = table.infer_objects()  # a number column that only unknowns (NaN) reached as objects is a float one
     return table[list(RANK_COLUMNS) + [c for c in table.columns if c not in RANK_COLUMNS]]
 
 

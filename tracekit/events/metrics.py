@@ -78,8 +78,9 @@ def rank_breakdown(dev: pd.DataFrame) -> pd.DataFrame:
             "exposed_comm_us": (comm - overlap) / 1e3, "memory_us": iv.total(*sets["memory"]) / 1e3,
             "idle_us": (span_ns - busy) / 1e3,
         })
-    out = pd.DataFrame(rows, columns=["rank", "span_us", "busy_us", "compute_us", "comm_us", "overlap_us",
-                                      "exposed_comm_us", "memory_us", "idle_us"])
+    times = ["span_us", "busy_us", "compute_us", "comm_us", "overlap_us", "exposed_comm_us", "memory_us", "idle_us"]
+    # Typed even with no rows: a rank's row of unknowns (NaN) must not make the run's column Python objects.
+    out = pd.DataFrame(rows, columns=["rank", *times]).astype({c: np.float64 for c in times})
     with np.errstate(divide="ignore", invalid="ignore"):
         out["overlap_pct"] = np.where(out["comm_us"] > 0, out["overlap_us"] / out["comm_us"] * 100, np.nan)
         out["idle_pct"] = np.where(out["span_us"] > 0, out["idle_us"] / out["span_us"] * 100, np.nan)
@@ -117,8 +118,11 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
             "exposed_comm_us": (comm - both) / 1e3, "other_us": (step_ns - comp - comm + both) / 1e3,
             "comm_us": comm / 1e3,
         }))
-    columns = ["rank", "step", "start_ns", "step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    if parts:
+        return pd.concat(parts, ignore_index=True)
+    times = ["step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
+    return pd.DataFrame({**{c: pd.Series(dtype=np.int64) for c in ("rank", "step", "start_ns")},
+                         **{c: pd.Series(dtype=np.float64) for c in times}})
 
 
 def gap_table(dev: pd.DataFrame) -> pd.DataFrame:

@@ -191,7 +191,8 @@ def rank_waits(coll: pd.DataFrame) -> pd.DataFrame:
         rows.append({"rank": rank, "comm_wait_us": _union_us(start, latest),
                      "comm_transfer_us": _union_us(latest, latest + mine["transfer_us"].to_numpy()),
                      "last_arrivals": int(mine["last_arrival"].sum())})
-    return pd.DataFrame(rows, columns=["rank", "comm_wait_us", "comm_transfer_us", "last_arrivals"])
+    return pd.DataFrame(rows, columns=["rank", "comm_wait_us", "comm_transfer_us", "last_arrivals"]).astype(
+        {"comm_wait_us": np.float64, "comm_transfer_us": np.float64})  # typed with no rows too
 
 
 def _union_us(start_us: np.ndarray, end_us: np.ndarray) -> float:
