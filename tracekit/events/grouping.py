@@ -21,7 +21,8 @@ class Groups:
 
     def __init__(self, keys: pd.DataFrame, sort: bool, dropna: bool) -> None:
         number = keys.groupby(list(keys.columns), observed=True, sort=sort, dropna=dropna).ngroup()
-        gid = number.fillna(-1).to_numpy().astype(np.int64)  # -1: a row with a missing key, dropped (dropna)
+        # -1: a row with a missing key, dropped (dropna). 4 bytes a row: several Groups of millions of ops coexist.
+        gid = number.fillna(-1).to_numpy().astype(np.int32 if len(keys) < 2**31 else np.int64)
         self.kept = None if (gid >= 0).all() else gid >= 0
         self.gid = gid if self.kept is None else gid[self.kept]
         _, first = np.unique(self.gid, return_index=True)

@@ -60,21 +60,24 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
               "name": Groups(ops[["rank", "name"]], sort=False, dropna=False)}
     per_step = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
                                     "name": ops["name"].array[stepped]}), sort=True, dropna=True)
+    in_step = step >= 0  # FLOPs per step: every step's, in the window or not
+    flop_groups = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[in_step], "step": step[in_step]}),
+                         sort=True, dropna=True)
     sums = {k: {} for k in groups}
-    step_sums = {}
+    step_sums, flop_sums = {}, {}
     # Each per-call column is made, reduced for every table that reads it, and let go before the next one.
-    for column, values in _per_call(ops, events, step, in_window, peaks, device_rank, launched):
+    for column, values in _per_call(ops, events, in_window, peaks, device_rank, launched):
         for key, g in groups.items():
             sums[key].update(_reduced(g, column, values))
         if column in ("calls", "host_self_us"):
             step_sums[column] = per_step.sum(values[stepped])
         elif column == "device_self_us":
             step_sums[column] = per_step.strict_sum(values[stepped])
-        elif column == "flop_steps":  # one unknown makes the step's sum unknown
-            flop_steps = _sums(values, ["rank", "step"], [], ["matmul_flops", "matmul_at_peak_us"])
+        elif column in ("matmul_flops", "matmul_at_peak_us"):  # one unknown makes the step's sum unknown
+            flop_sums[column] = flop_groups.strict_sum(values[in_step])
     by_shape = _grouped(groups["shape"].keys, sums["shape"], peaks, device_rank)
     by_name = _grouped(groups["name"].keys, sums["name"], peaks, device_rank)  # the shape columns are not summed
-    flop_steps = _every_step(flop_steps, steps, int(ops["rank"].iloc[0]), has_operators(ops), peaks is not None)
+    flop_steps = _every_step(flop_groups.keys.assign(**flop_sums), steps, int(ops["rank"].iloc[0]), has_operators(ops), peaks is not None)
     op_steps = per_step.keys.assign(**step_sums)
     return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
             op_steps[list(OP_STEP_COLUMNS)])
@@ -98,10 +101,10 @@ def _reduced(groups: Groups, column: str, values: np.ndarray) -> dict[str, np.nd
     return out
 
 
-def _per_call(ops: pd.DataFrame, events: pd.DataFrame, step: np.ndarray, in_window: np.ndarray,
+def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
               peaks: devices.DevicePeaks | None, device_rank: bool, launched):
-    """The per-call columns of ``op_tables``, one (name, array) at a time: times, FLOPs and bytes of each call, its
-    kind and dtype, and last ``flop_steps`` (a frame: the matmul FLOPs and time at peak of each call in a step).
+    """The per-call columns of ``op_tables``, one (name, array) at a time: times, FLOPs and bytes of each call,
+    the matmul FLOPs and time at peak that each call adds to its step (NaN: unknown), and last its kind and dtype.
     Each working array is let go once used: a large trace has millions of ops, each array 8 bytes an op."""
     start = ops["ts_ns"].to_numpy()
     dur = ops["dur_ns"].to_numpy()
@@ -120,8 +123,6 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, step: np.ndarray, in_wind
     yield "device_self_us", device_self / 1e3
     del device_self
     cost, inverse = op_costs(ops, peaks)
-    for column in ("bytes", "kind", "dtype"):
-        yield column, cost[column][inverse]
     flops = cost["flops"][inverse]
     yield "flops", flops
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
@@ -135,15 +136,17 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, step: np.ndarray, in_wind
     yield "counted_flops", counted
     yield "window_counted_flops", np.where(in_window, counted, 0.0)
     peak = cost["peak_flops"][inverse]
-    del inverse
     # Time at peak: unknown for every op of a rank whose device's peaks are unknown (a CPU rank, an unnamed device),
     # even one with no FLOPs, so that its MFU is unknown, not 0.
     at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
     del peak
-    stepped = step >= 0
-    yield "flop_steps", pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
-                                      "matmul_flops": np.where(unknown, np.nan, counted)[stepped],
-                                      "matmul_at_peak_us": np.where(unknown, np.nan, at_peak)[stepped]})
+    yield "matmul_flops", np.where(unknown, np.nan, counted)
+    del counted
+    yield "matmul_at_peak_us", np.where(unknown, np.nan, at_peak)
+    del at_peak, unknown
+    # Last, when the call tree's arrays are gone: the object columns' reductions (distinct dtypes) take the most.
+    for column in ("bytes", "kind", "dtype"):
+        yield column, cost[column][inverse]
 
 
 def precision_facts(ops_by_shape: pd.DataFrame) -> dict:
@@ -277,13 +280,3 @@ def _per_value(values: pd.Series, compute) -> np.ndarray:
     """``compute(v)`` for each value, as floats, computed once per distinct value (NaN and None included)."""
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     return np.array([compute(u) for u in uniques], dtype=np.float64)[codes] if len(codes) else np.empty(0)
-
-
-def _sums(frame: pd.DataFrame, key: list[str], plain: list[str], strict: list[str]) -> pd.DataFrame:
-    """Per ``key``: the sums of ``plain`` columns (NaN skipped) and of ``strict`` ones (NaN where any is NaN)."""
-    flags = {f"_{c}_nan": frame[c].isna().to_numpy() for c in strict}
-    grouped = frame.assign(**flags).groupby(key, observed=True)
-    out = grouped[plain + strict].sum()
-    for c in strict:
-        out[c] = out[c].where(~grouped[f"_{c}_nan"].any())
-    return out.reset_index()

@@ -85,6 +85,10 @@ def critical_paths(graph: pd.DataFrame, model: Model, window_steps: pd.DataFrame
             .groupby(["rank", "step", "category", "waiting", "ends_on_rank"], observed=True)["us"].sum().reset_index())
     path["category"] = pd.Categorical(path["category"], categories=list(CATEGORIES))
     events["category"] = pd.Categorical(events["category"], categories=list(CATEGORIES))
+    # Names and kinds repeat on a large path (millions of rows, a few hundred names): kept as categories of the
+    # names and kinds on it, not a string per row.
+    events["name"] = events["name"].astype("category").cat.remove_unused_categories()
+    events["kind"] = events["kind"].astype("category")
     return path[PATH_COLUMNS].sort_values(["step", "rank", "category"], ignore_index=True), events[EVENT_COLUMNS]
 
 
@@ -165,10 +169,9 @@ class _Walker:
             rows.append((self.rank[i], t0, reached, i, "unlinked", "unknown"))
         frame = pd.DataFrame(rows, columns=["rank", "start_ns", "end_ns", "node", "kind", "category"])
         frame = frame[frame["end_ns"] > frame["start_ns"]]
-        frame["name"] = self.name.iloc[frame["node"].to_numpy()].astype(str).to_numpy()
         return pd.DataFrame({
             "rank": frame["rank"].to_numpy(), "step": step, "start_us": frame["start_ns"].to_numpy() / 1e3,
-            "end_us": frame["end_ns"].to_numpy() / 1e3, "name": frame["name"].to_numpy(),
+            "end_us": frame["end_ns"].to_numpy() / 1e3, "name": self.name.array.take(frame["node"].to_numpy()),
             "kind": frame["kind"].to_numpy(), "category": frame["category"].to_numpy(),
             "waiting": frame["rank"].to_numpy() != ends_on, "ends_on_rank": ends_on,
         }).iloc[::-1].reset_index(drop=True)
