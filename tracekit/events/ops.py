@@ -61,6 +61,7 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     per_step = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
                                     "name": ops["name"].array[stepped]}), sort=True, dropna=True)
     in_step = step >= 0  # FLOPs per step: every step's, in the window or not
+    in_step = slice(None) if in_step.all() else in_step  # all: no copy of each column to reduce it
     flop_groups = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[in_step], "step": step[in_step]}),
                          sort=True, dropna=True)
     sums = {k: {} for k in groups}
@@ -140,9 +141,11 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     # even one with no FLOPs, so that its MFU is unknown, not 0.
     at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
     del peak
-    yield "matmul_flops", np.where(unknown, np.nan, counted)
+    counted[unknown] = np.nan  # in place: the counted FLOPs are reduced already
+    yield "matmul_flops", counted
     del counted
-    yield "matmul_at_peak_us", np.where(unknown, np.nan, at_peak)
+    at_peak[unknown] = np.nan
+    yield "matmul_at_peak_us", at_peak
     del at_peak, unknown
     # Last, when the call tree's arrays are gone: the object columns' reductions (distinct dtypes) take the most.
     for column in ("bytes", "kind", "dtype"):
@@ -189,12 +192,21 @@ def launches(ops: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, np.
         calls = launch_row[launched]  # the launch calls' rows: their thread and start, not a copy of every column
         rows[launched] = innermost(events["tid"].iloc[calls], events["ts_ns"].to_numpy()[calls], ops["tid"],
                                    ops["ts_ns"].to_numpy(), (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
-    own = ops["external_id"].to_numpy()
-    ext = events["external_id"].to_numpy()[is_dev]
-    row_of = pd.Series(np.arange(len(ops)))[own >= 0].groupby(own[own >= 0]).last()
-    by_id = row_of.reindex(ext).to_numpy()
-    by_id = np.where(np.isnan(by_id), -1, np.nan_to_num(by_id, nan=-1)).astype(np.int64)
-    return dev, np.where(launched, rows, by_id)
+    return dev, np.where(launched, rows, _last_row_with_id(ops["external_id"].to_numpy(),
+                                                           events["external_id"].to_numpy()[is_dev]))
+
+
+def _last_row_with_id(own: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Per wanted id, the last row of ``own`` holding it, -1 where none does (or the id is none: negative). A stable
+    sort keeps the rows of one id in order, so the last of them is where a binary search from the right lands."""
+    rows = np.flatnonzero(own >= 0)
+    order = np.argsort(own[rows], kind="stable")
+    rows = rows[order]
+    del order
+    ids = own[rows]
+    at = np.maximum(np.searchsorted(ids, wanted, side="right") - 1, 0)
+    found = (ids[at] == wanted) & (wanted >= 0) if len(ids) else np.zeros(len(wanted), dtype=bool)
+    return np.where(found, rows[at] if len(ids) else -1, -1).astype(np.int64)
 
 
 def _device_self(ops: pd.DataFrame, launched: tuple[pd.DataFrame, np.ndarray]) -> np.ndarray:

@@ -26,6 +26,7 @@ from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
 from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
+from tracekit.events.kernels import kernel_table
 from tracekit.rank.whatruns import what_runs
 from tracekit.read.coded import distinct
 from tracekit.read.reader import RankMeta, RankTables, ReadOptions, read_tables
@@ -123,10 +124,11 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
               "training": trains(events, ops)}
     if dev.empty:  # no device time to split: unknown, not zero
         extras.update({k: np.nan for k in extras if k.startswith("idle_") or k in _DEVICE_TIME_FACTS})
+    device_events, kernels = len(dev_all), kernel_table(events, dev)
+    del dev, dev_all  # read by no later stage: gone before the operator tables' working arrays are made
     release_memory()
-    ran = what_runs(meta, events, ops, memory, steps, kept, dev, device_rank)
-    device_events = len(dev_all)
-    del ops, memory, dev, dev_all  # read by no later stage
+    ran = what_runs(meta, events, ops, memory, steps, kept, kernels, device_rank)
+    del ops, memory  # read by no later stage
     release_memory()
     extras.update(ran.pop("facts"))
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})

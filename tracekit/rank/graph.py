@@ -60,7 +60,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     ts, dur = events["ts_ns"].to_numpy(), events["dur_ns"].to_numpy()
     valid = dur >= 0
     lane_key = _lane_keys(events)
-    kind = events["kind"].to_numpy()
+    kind = events["kind"].array  # categorical: comparisons without a Python string per event
     is_dev = cats.isin(DEVICE_CATEGORIES).to_numpy() & events["kind"].notna().to_numpy() & valid
     on_gpu = bool(is_dev.any())
     steps = step_table(events) if steps is None else steps
@@ -107,7 +107,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         "name": pd.Categorical.from_codes(codes[rows], categories=names),
         "row": rows, "is_marker": np.isin(rows, steps),
     }, copy=False)
-    del node_cat
+    del node_cat, is_dev, is_step, is_comm_cpu, runtime, launches, sync, host_op, candidate, dev, host, rows
     loader = name.isin(names[names.str.match(DATA_LOADER.pattern)]).to_numpy() & valid
     nodes["in_data"] = _inside(nodes, lane_key[loader], ts[loader], ts[loader] + dur[loader]) & ~nodes["is_marker"]
     # A zero-length node where each DataLoader __next__ ends: the unrecorded time before it is data loading too.
@@ -128,14 +128,13 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
     nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
                               kind="stable", ignore_index=True)
-    position = pd.Series(np.arange(len(nodes)), index=nodes["row"].to_numpy())
-    ps = np.full(len(nodes), -1, dtype=np.int64)
     node_rows = nodes["row"].to_numpy()
+    position = _positions(node_rows, len(events))
+    ps = np.full(len(nodes), -1, dtype=np.int64)
     launch_of = np.where(node_rows >= 0, launch_rows[np.maximum(node_rows, 0)], -1)
     launched = nodes["cat"].isin(["compute", "memory", "comm"]).to_numpy() & (launch_of >= 0)
-    src = position.reindex(launch_of[launched]).to_numpy()
-    ps[np.flatnonzero(launched)] = np.where(np.isnan(src), -1, src).astype(np.int64)
-    del node_rows, launch_of, launched, src
+    ps[np.flatnonzero(launched)] = position[launch_of[launched]]
+    del launch_of, launched
     if not on_gpu:
         _enqueue_edges(nodes, events[name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy() & valid], ps)
     busy = np.zeros(len(nodes), dtype=np.int64)
@@ -148,8 +147,8 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
                                            nodes["start_ns"].to_numpy()[mine])
     pe = _waits(nodes, on_gpu, ps)
     if end_bound is not None:  # the last step ends when its device work does: the end marker waits for it
-        pe[int(position[_END_ROW])] = int(position[end_bound])
-    del position
+        pe[int(np.flatnonzero(node_rows == _END_ROW)[0])] = int(position[end_bound])
+    del position, node_rows
     out = nodes.assign(ps=ps, pe=pe, dr=_drains(nodes) if on_gpu else -1,
                        coll=_collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
     del nodes, ps, pe, busy  # ``out`` holds what is kept; the columns replaced below end with it
@@ -173,6 +172,15 @@ def _leaves(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     keep = np.zeros(len(order), dtype=bool)
     keep[order] = ~nested
     return keep
+
+
+def _positions(node_rows: np.ndarray, n_events: int) -> np.ndarray:
+    """Per events-table row, the position of its node (-1: none); rows of added nodes (negative) have none. An array
+    over the events, not an index of the nodes: no hash table of millions of rows."""
+    position = np.full(n_events, -1, dtype=np.int64)
+    own = np.flatnonzero(node_rows >= 0)
+    position[node_rows[own]] = own
+    return position
 
 
 def _lane_keys(events: pd.DataFrame) -> np.ndarray:

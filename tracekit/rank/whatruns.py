@@ -6,7 +6,6 @@ from __future__ import annotations
 import pandas as pd
 
 from tracekit import devices
-from tracekit.events.kernels import kernel_table
 from tracekit.events.memory import memory_table, memory_timeline, top_allocators
 from tracekit.events.ops import has_operators, kernel_ops, launches, op_tables, precision_facts, usable
 from tracekit.read.opcolumns import MEMORY_COLUMNS, OP_COLUMNS
@@ -27,9 +26,10 @@ def peaks_of(meta: RankMeta) -> devices.DevicePeaks | None:
 
 
 def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, memory: pd.DataFrame | None,
-              steps: pd.DataFrame, window: pd.DataFrame, window_device: pd.DataFrame, device_rank: bool) -> dict:
-    """RankResult's kernels, ops, ops_by_shape, step_flops, op_steps, memory, memory_top, memory_timeline and
-    kernel_ops; and under ``quality`` and ``facts`` the rank's data-quality and breakdown columns this adds."""
+              steps: pd.DataFrame, window: pd.DataFrame, kernels: pd.DataFrame, device_rank: bool) -> dict:
+    """RankResult's kernels (``kernels``: ``kernel_table`` of the window's device events, made by the caller so
+    that those events can go first), ops, ops_by_shape, step_flops, op_steps, memory, memory_top, memory_timeline
+    and kernel_ops; and under ``quality`` and ``facts`` the rank's data-quality and breakdown columns this adds."""
     ops = pd.DataFrame(columns=list(OP_COLUMNS)) if ops is None else ops
     memory = pd.DataFrame(columns=list(MEMORY_COLUMNS)) if memory is None else memory
     peaks = peaks_of(meta) if device_rank else None
@@ -44,7 +44,7 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
                "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else "",
                # Operators recorded, none with a usable duration: op_tables counts none, so FLOPs and MFU are NaN.
                "operators_unusable": has_operators(ops) and not has_operators(valid)}
-    return {"kernels": kernel_table(events, window_device), "ops": by_name, "ops_by_shape": by_shape,
+    return {"kernels": kernels, "ops": by_name, "ops_by_shape": by_shape,
             "step_flops": step_flops, "op_steps": op_steps, "memory": table,
             "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),
             "kernel_ops": kernel_ops(ops, events, launched) if device_rank and len(ops) else pd.DataFrame(
