@@ -51,6 +51,11 @@ class Groups:
     def first(self, values, skipna: bool = True) -> np.ndarray:
         return self._by(values).first(skipna=skipna).to_numpy()
 
-    def nunique(self, values) -> np.ndarray:
-        """Per group: the distinct values, missing ones not counted."""
-        return self._by(values).nunique(dropna=True).to_numpy()
+    def at_most_one_value(self, values) -> np.ndarray:
+        """Per group: whether its values, missing ones not counted, are all one (``nunique <= 1``). Each value's code
+        (NaN: missing) is compared at the group's least and greatest: no sort of every row, as nunique makes."""
+        codes = pd.factorize(np.asarray(values))[0]  # -1: missing
+        coded = codes.astype(np.float64)
+        coded[codes < 0] = np.nan
+        del codes
+        return ~(self._by(coded).max().to_numpy() > self._by(coded).min().to_numpy())

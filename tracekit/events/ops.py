@@ -93,7 +93,7 @@ def _reduced(groups: Groups, column: str, values: np.ndarray) -> dict[str, np.nd
     if column == "kind":
         return {"kind": groups.first(values)}
     if column == "dtype":  # one dtype: the first call's (missing included); calls of several: "mixed"
-        return {"dtype": np.where(groups.nunique(values) <= 1, groups.first(values, skipna=False), "mixed")}
+        return {"dtype": np.where(groups.at_most_one_value(values), groups.first(values, skipna=False), "mixed")}
     if column not in _SUMMED:
         return {}
     out = {column: groups.sum(values, min_count=1)}
@@ -112,7 +112,7 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     yield "calls", np.ones(len(ops), dtype=np.int64)
     yield "host_total_us", dur / 1e3
     yield "flops_arg", ops["flops_arg"].to_numpy()
-    parent, depth = op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur)
+    parent, depth = (a.astype(np.int32) for a in op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur))
     child = np.zeros(len(ops))
     has_parent = parent >= 0
     np.add.at(child, parent[has_parent], dur[has_parent])
@@ -121,7 +121,8 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     del child
     device_self = _device_self(ops, launched or launches(ops, events)) if device_rank else np.full(len(ops), np.nan)
     yield "device_us", subtree_sums(device_self, parent, depth) / 1e3
-    yield "device_self_us", device_self / 1e3
+    device_self /= 1e3  # in place: its sums over subtrees are made
+    yield "device_self_us", device_self
     del device_self
     cost, inverse = op_costs(ops, peaks)
     flops = cost["flops"][inverse]
