@@ -175,6 +175,10 @@ def test_critical_path(gloo_run):
     assert path.loc[path["rank"] == 1, "waiting"].all() and not path.loc[path["rank"] == 0, "waiting"].any()
     events = gloo_run.critical_path_events
     assert list(events.loc[events["step"] == 1, "name"])[:3] == ["straggler_sleep", "aten::mm", "gloo:all_reduce"]
+    # Names and kinds are categories of what is on the path (a large trace's path has millions of rows, a few
+    # hundred names): a byte or two a row, not a string.
+    assert events["name"].dtype == "category" and events["kind"].dtype == "category"
+    assert set(events["name"].cat.categories) == set(events["name"].astype(str))
 
 
 def test_findings_quote_the_predicted_saving(gloo_run):
