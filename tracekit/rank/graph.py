@@ -175,8 +175,7 @@ def _leaves(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _positions(node_rows: np.ndarray, n_events: int) -> np.ndarray:
-    """Per events-table row, the position of its node (-1: none); rows of added nodes (negative) have none. An array
-    over the events, not an index of the nodes: no hash table of millions of rows."""
+    """Per events-table row, its node's position (-1: none): an array over the events, not a hashed index."""
     position = np.full(n_events, -1, dtype=np.int64)
     own = np.flatnonzero(node_rows >= 0)
     position[node_rows[own]] = own
