@@ -345,6 +345,7 @@ def test_a_step_of_0_us_has_unknown_mfu_and_a_rank_without_steps_keeps_the_other
     assert s.steps[["rank", "step", "step_us"]].to_dict("records") == [{"rank": 0, "step": 0, "step_us": 0.0}]
     assert s.steps["step_us"].dtype == np.float64 and math.isnan(s.steps.loc[0, "mfu_pct"])
     assert s.ranks["mfu_pct"].isna().all() and s.optimization.empty
+    assert "unknown" in str(s)  # the text report's TFLOPS/s of a 0 us step (it divided by 0)
 
 
 def test_the_profilers_own_flops_arg_is_read(tmp_path):

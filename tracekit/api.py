@@ -269,7 +269,10 @@ def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.
     table.loc[none, "allreduce_us"] = 0.0
     table.loc[none, "allreduce_bytes"] = 0.0
     table["last_arrivals"] = table["last_arrivals"].astype("Int64")  # missing: no collective matched on another rank
-    table = table.infer_objects()  # a number column that only unknowns (NaN) reached as objects is a float one
+    # A number column that only unknowns (NaN) reached as objects is a float one; text columns stay as they are.
+    objects = [c for c in table.columns if table[c].dtype == object]
+    retyped = table[objects].infer_objects()
+    table = table.assign(**{c: t for c, t in retyped.items() if pd.api.types.is_numeric_dtype(t)})
     return table[list(RANK_COLUMNS) + [c for c in table.columns if c not in RANK_COLUMNS]]
 
 

@@ -87,8 +87,9 @@ def critical_paths(graph: pd.DataFrame, model: Model, window_steps: pd.DataFrame
     events["category"] = pd.Categorical(events["category"], categories=list(CATEGORIES))
     # Names and kinds repeat on a large path (millions of rows, a few hundred names): kept as categories of the
     # names and kinds on it, not a string per row.
-    events["name"] = events["name"].astype("category").cat.remove_unused_categories()
-    events["kind"] = events["kind"].astype("category")
+    names = events["name"].astype("category").cat.remove_unused_categories()
+    events["name"] = names.cat.reorder_categories(sorted(names.cat.categories))  # text order: sorts as the strings
+    events["kind"] = pd.Categorical(events["kind"], categories=sorted(set(events["kind"])))
     return path[PATH_COLUMNS].sort_values(["step", "rank", "category"], ignore_index=True), events[EVENT_COLUMNS]
 
 

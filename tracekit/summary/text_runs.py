@@ -70,7 +70,7 @@ def _ops(ops: pd.DataFrame) -> str:
 def _mfu(ranks: pd.DataFrame) -> str:
     shown = pd.DataFrame({"rank": ranks["rank"], "device": ranks["device"],
                           "GFLOP/step": [num(f / 1e9, 2) for f in ranks["matmul_flops_per_step"]],
-                          "TFLOPS/s": [num(f / s / 1e6, 2) if not (is_unknown(f) or is_unknown(s)) else "unknown"
+                          "TFLOPS/s": [num(f / s / 1e6, 2) if not (is_unknown(f) or is_unknown(s) or s <= 0) else "unknown"
                                        for f, s in zip(ranks["matmul_flops_per_step"], ranks["step_time_us"])],
                           "MFU %": [num(m, 1) for m in ranks["mfu_pct"]]})
     return _indent(shown.to_string(index=False))
