@@ -135,7 +135,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     quality = data_quality_row(meta, events, device_rank, device_events).assign(step_source=step_source,
                                                                                **ran.pop("quality"))
     quality = quality.assign(**capture_facts(events, steps, None if whole else kept))
-    graph = rank_graph(events, collectives, steps)
+    graph = rank_graph(events, calls, steps)  # ``calls``: the collectives, with their event rows
     release_memory()
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,

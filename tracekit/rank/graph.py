@@ -32,6 +32,7 @@ import pandas as pd
 
 from tracekit.events.causes import DATA_LOADER, SYNC_CALL
 from tracekit.events.steps import step_table
+from tracekit.rank.collrows import collective_rows
 from tracekit.rank.markers import END_MARKER, END_ROW as _END_ROW, end_marker as _end_marker
 from tracekit.events.hostops import reads_host_op
 from tracekit import intervals as iv
@@ -49,8 +50,8 @@ GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c != "group"]  # per rank; t
 
 def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events,
-    its collectives table (``coll`` is a row position in it) and its steps (``steps.step_table``; None: the
-    trace's own)."""
+    its collectives table (``collective_table``, with ``row``; ``coll`` is a row position in it) and its steps
+    (``steps.step_table``; None: the trace's own)."""
     if events.empty:
         return empty_graph()
     rank = int(events["rank"].iloc[0])
@@ -150,7 +151,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         pe[int(np.flatnonzero(node_rows == _END_ROW)[0])] = int(position[end_bound])
     del position, node_rows
     out = nodes.assign(ps=ps, pe=pe, dr=_drains(nodes) if on_gpu else -1,
-                       coll=_collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
+                       coll=collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
     del nodes, ps, pe, busy  # ``out`` holds what is kept; the columns replaced below end with it
     out["lane"] = pd.factorize(out["lane"])[0].astype(np.int32)
     out["cat"] = pd.Categorical(out["cat"], categories=list(NODE_CATS))
@@ -284,17 +285,3 @@ def _drains(nodes: pd.DataFrame) -> np.ndarray:
     ok = (at >= 0) & (end[src] >= start[syncs])
     dr[syncs[ok]] = src[ok]
     return dr
-
-
-def _collective_rows(nodes: pd.DataFrame, collectives: pd.DataFrame) -> np.ndarray:
-    """Each comm node's row position in the rank's collectives table (-1 when it is not a collective call)."""
-    coll = np.full(len(nodes), -1, dtype=np.int64)
-    comm = np.flatnonzero((nodes["cat"] == "comm").to_numpy())
-    if len(comm) == 0 or collectives.empty:
-        return coll
-    table = pd.DataFrame({"start_ns": collectives["start_ns"].to_numpy(), "name": collectives["name"].astype(str).to_numpy(),
-                          "pos": np.arange(len(collectives))}).drop_duplicates(["start_ns", "name"])
-    found = pd.DataFrame({"start_ns": nodes["start_ns"].to_numpy()[comm],
-                          "name": nodes["name"].iloc[comm].astype(str).to_numpy()}).merge(table, how="left")
-    coll[comm] = found["pos"].fillna(-1).to_numpy(dtype=np.int64)
-    return coll
