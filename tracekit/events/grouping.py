@@ -58,4 +58,5 @@ class Groups:
         coded = codes.astype(np.float64)
         coded[codes < 0] = np.nan
         del codes
-        return ~(self._by(coded).max().to_numpy() > self._by(coded).min().to_numpy())
+        grouped = self._by(coded)  # grouped once, reduced twice
+        return ~(grouped.max().to_numpy() > grouped.min().to_numpy())

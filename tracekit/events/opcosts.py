@@ -37,7 +37,7 @@ def op_costs(ops: pd.DataFrame, peaks: devices.DevicePeaks | None) -> tuple[dict
                 for c, v in columns.items()}
     distinct["peak_flops"] = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in distinct["dtype"]],
                                       dtype=np.float64) * 1e12  # per second, at the op's dtype
-    return distinct, inverse.astype(np.int32)  # the distinct rows are at most the ops: 4 bytes an op, not 8
+    return distinct, inverse.astype(np.int32 if len(ops) < 2**31 else np.int64)  # at most the ops: 4 bytes an op
 
 
 def _decoded(text) -> list | None:

@@ -60,8 +60,8 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
               "name": Groups(ops[["rank", "name"]], sort=False, dropna=False)}
     per_step = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[stepped], "step": step[stepped],
                                     "name": ops["name"].array[stepped]}), sort=True, dropna=True)
-    in_step = step >= 0  # FLOPs per step: every step's, in the window or not
-    in_step = slice(None) if in_step.all() else in_step  # all: no copy of each column to reduce it
+    # FLOPs per step: every step's, in the window or not; all ops in steps: no copy of each column to reduce it.
+    in_step = slice(None) if (step >= 0).all() else step >= 0
     flop_groups = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[in_step], "step": step[in_step]}),
                          sort=True, dropna=True)
     sums = {k: {} for k in groups}
@@ -112,7 +112,8 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     yield "calls", np.ones(len(ops), dtype=np.int64)
     yield "host_total_us", dur / 1e3
     yield "flops_arg", ops["flops_arg"].to_numpy()
-    parent, depth = (a.astype(np.int32) for a in op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur))
+    row_type = np.int32 if len(ops) < 2**31 else np.int64  # 4 bytes an op where that numbers them
+    parent, depth = (a.astype(row_type) for a in op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur))
     child = np.zeros(len(ops))
     has_parent = parent >= 0
     np.add.at(child, parent[has_parent], dur[has_parent])
