@@ -81,7 +81,8 @@ def dtype_bytes(dtype: str | None) -> float:
 
 def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: dict) -> pd.DataFrame:
     """Collectives of every rank. ``events`` is classified; ``pg_sizes`` maps (rank, pg) -> size, and (rank, None) -> size of the only pg."""
-    calls = events[events["kind"] == "comm"]
+    # A call without a usable duration is a dropped event (data quality's ``dropped_events``), as everywhere else.
+    calls = events[(events["kind"] == "comm").to_numpy() & (events["dur_ns"] >= 0).to_numpy()]
     calls = calls[(calls["cat"] == "kernel") | calls["name"].astype(str).str.match(COMM_ANNOTATION.pattern)]
     meta = _metadata(events, comm_args, calls)
     op = [normalize_op(c) for c in meta["collective"]]

@@ -57,8 +57,11 @@ def requests(ann: pd.DataFrame) -> pd.DataFrame:
     pre = _name_fsdp1_units(pre, post)
     # FSDP2: the unit's own post-hook; FSDP1 post-hooks name no unit: the phase's next one (right for a chain of units)
     left = pre.assign(k=_post_key(pre)).sort_values("start_ns")
-    right = post.assign(k=_post_key(post) if len(post) else [], post_ns=post["start_ns"]).sort_values("start_ns")
-    ends = pd.merge_asof(left, right[["k", "start_ns", "post_ns"]], on="start_ns", by="k", direction="forward")
+    if post.empty:  # no post-hook at all (a cut trace): no pre-hook's window has an end
+        ends = left.assign(post_ns=np.nan)
+    else:
+        right = post.assign(k=_post_key(post), post_ns=post["start_ns"]).sort_values("start_ns")
+        ends = pd.merge_asof(left, right[["k", "start_ns", "post_ns"]], on="start_ns", by="k", direction="forward")
     return pd.DataFrame({c: ends[c].to_numpy() for c in ("api", "unit", "phase", "tid", "step", "start_ns")}).assign(
         hook_end_ns=ends["end_ns"].to_numpy(), end_ns=ends["post_ns"].fillna(-1).to_numpy(dtype=np.int64))
 

@@ -44,13 +44,19 @@ def memory_table(memory: pd.DataFrame, steps: pd.DataFrame, device_memory: tuple
             end_alloc = alloc[inside][-1] if inside.any() else start_alloc
             rows.append({"rank": int(dev["rank"].iloc[0]), "device_type": int(dtype), "device_id": int(did),
                          "device": device_label(int(dtype), int(did)), "step": step,
-                         "peak_allocated_bytes": np.nanmax(np.append(alloc[inside], start_alloc)),
-                         "peak_reserved_bytes": np.nanmax(np.append(reserved[inside], start_reserved)),
+                         "peak_allocated_bytes": _known_max(np.append(alloc[inside], start_alloc)),
+                         "peak_reserved_bytes": _known_max(np.append(reserved[inside], start_reserved)),
                          "start_allocated_bytes": start_alloc, "end_allocated_bytes": end_alloc,
                          "growth_bytes": end_alloc - start_alloc,
                          "device_memory_bytes": (device_memory[int(did)] if dtype != 0 and 0 <= did < len(device_memory)
                                                  else np.nan)})
     return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
+
+
+def _known_max(values: np.ndarray) -> float:
+    """The largest known value; NaN when none is known (no event of the step carried the total)."""
+    known = values[~np.isnan(values)]
+    return float(known.max()) if len(known) else np.nan
 
 
 def top_allocators(memory: pd.DataFrame, ops: pd.DataFrame, table: pd.DataFrame, top: int = 10) -> pd.DataFrame:
@@ -72,7 +78,7 @@ def top_allocators(memory: pd.DataFrame, ops: pd.DataFrame, table: pd.DataFrame,
         label = device_label(int(dtype), int(did))
         rows = (live.assign(op=names).groupby("op")["bytes"].agg(live_bytes="sum", allocations="size")
                 .reset_index().sort_values("live_bytes", ascending=False).head(top))
-        steps = table[(table["device"] == label)]
+        steps = table[(table["device"] == label) & table["peak_allocated_bytes"].notna()]  # NaN: a step's unknown
         step = steps.loc[steps["peak_allocated_bytes"].idxmax(), "step"] if len(steps) else -1
         out.append(rows.assign(rank=int(dev["rank"].iloc[0]), device=label, step=step))
     if not out:
@@ -86,8 +92,8 @@ def _innermost_op(events: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     valid = ops[ops["dur_ns"] >= 0]
     hit = innermost(events["tid"], events["ts_ns"].to_numpy(), valid["tid"], valid["ts_ns"].to_numpy(),
                     (valid["ts_ns"] + valid["dur_ns"]).to_numpy())
-    names = valid["name"].astype(str).to_numpy()
-    return np.where(hit >= 0, names[np.maximum(hit, 0)], "(no op)")
+    names = np.append(valid["name"].astype(str).to_numpy(), "(no op)")  # hit -1 (no op holds it): the last
+    return names[hit]
 
 
 def memory_timeline(memory: pd.DataFrame, points: int = 1000) -> pd.DataFrame:

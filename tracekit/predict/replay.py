@@ -151,18 +151,24 @@ def measured_boundaries(graph: pd.DataFrame, model: Model) -> pd.DataFrame:
 
 
 def _boundaries(graph: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
-    """Per marker (rank, step order): its time ``t`` and ``drained``, when the device work of earlier steps ended."""
+    """Per marker, in each rank's time order: its time ``t`` and ``drained``, when the device work of the steps
+    before it ended. Time order, not step number: a trace may number its steps out of order (#2 before #1), and
+    the step table's step times are from one start to the next in time."""
     marker = (graph["cat"] == "marker").to_numpy()
     rank, step = graph["rank"].to_numpy(), graph["step"].to_numpy()
-    frame = pd.DataFrame({"rank": rank[marker], "step": step[marker], "t": start[marker]})
+    frame = pd.DataFrame({"rank": rank[marker], "step": step[marker], "t": start[marker],
+                          "t0": graph["start_ns"].to_numpy()[marker], "node": np.flatnonzero(marker)})
+    frame = frame.sort_values(["rank", "t0", "node"], ignore_index=True)
+    frame["k"] = frame.groupby("rank").cumcount()  # the marker's place among its rank's, in time
     device = graph["cat"].isin(["compute", "memory", "comm"]).to_numpy() & (step >= 0)
     drained = (pd.DataFrame({"rank": rank[device], "step": step[device], "drained": end[device]})
-               .groupby(["rank", "step"])["drained"].max().reset_index().sort_values(["rank", "step"]))
+               .merge(frame[["rank", "step", "k"]], on=["rank", "step"])  # device work of the steps that have one
+               .groupby(["rank", "k"])["drained"].max().reset_index().sort_values(["rank", "k"]))
     drained["drained"] = drained.groupby("rank")["drained"].cummax()
-    drained["step"] = drained["step"] + 1  # the work of steps before k, as step k begins
-    frame = pd.merge_asof(frame.sort_values("step"), drained.sort_values("step"), on="step", by="rank",
+    drained["k"] = drained["k"] + 1  # the work of the steps before the k-th marker, as it begins
+    frame = pd.merge_asof(frame.sort_values("k"), drained.sort_values("k"), on="k", by="rank",
                           allow_exact_matches=True)
-    return frame.sort_values(["rank", "step"], ignore_index=True)
+    return frame.sort_values(["rank", "k"], ignore_index=True)[["rank", "step", "t", "drained"]]
 
 
 def mean_step_us(per_step: pd.DataFrame) -> float:

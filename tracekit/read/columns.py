@@ -192,14 +192,22 @@ def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, s
         "collective": [a.collective for a in picked],  # from args only; None when the args do not say
         "pg": [_pg(a) for a in picked],
         "seq": _floats([a.seq for a in picked]),
-        "in_nelems": _floats([a.in_nelems for a in picked]),
-        "out_nelems": _floats([a.out_nelems for a in picked]),
+        "in_nelems": _sizes([a.in_nelems for a in picked]),
+        "out_nelems": _sizes([a.out_nelems for a in picked]),
         "dtype": [a.dtype for a in picked],
-        "group_size": _floats([a.group_size for a in picked]),
-        "input_nelems": _floats([t[0] for t in tensors]),
+        "group_size": _sizes([a.group_size for a in picked], least=1),
+        "input_nelems": _sizes([t[0] for t in tensors]),
         "input_type": [t[1] for t in tensors],
-        "second_nelems": _floats([t[2] for t in tensors]),
+        "second_nelems": _sizes([t[2] for t in tensors]),
     })
+
+
+def _sizes(values: list, least: int = 0) -> np.ndarray:
+    """Counts (elements, ranks) as float64: a missing one, or one below ``least`` (a -1 some writers put for
+    "unknown"; a group of no rank), NaN."""
+    out = _floats(values)
+    out[out < least] = np.nan
+    return out
 
 
 def _pg(a: Args):

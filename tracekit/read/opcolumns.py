@@ -49,8 +49,8 @@ def memory_columns(instants: list) -> dict:
     """One chunk's ``[memory]`` events as arrays."""
     args = [e.args for e in instants]
     return {"ts": to_ns(_floats([e.ts for e in instants])), "tid": [str(e.tid) for e in instants],
-            "total_allocated": _floats([None if a is None else a.total_allocated for a in args]),
-            "total_reserved": _floats([None if a is None else a.total_reserved for a in args]),
+            "total_allocated": _totals([None if a is None else a.total_allocated for a in args]),
+            "total_reserved": _totals([None if a is None else a.total_reserved for a in args]),
             "bytes": _floats([None if a is None else a.nbytes for a in args]),
             "device_type": _ids([None if a is None else a.device_type for a in args]),
             "device_id": _ids([None if a is None else a.device_id for a in args]),
@@ -67,7 +67,7 @@ def op_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
         return np.concatenate([p.pop(key) for p in parts] + [np.empty(0, dtype=dtype)])
 
     ts = concatenated("ts", np.int64)
-    ts = np.where(ts >= 0, ts + base_ns, ts)
+    ts = np.where(ts != -1, ts + base_ns, ts)  # -1: no time (``to_ns``); a time before the base is based too
     columns = {"rank": np.full(len(ts), rank, dtype=np.int32), "name": joined("name"), "tid": joined("tid"),
                "ts_ns": ts, "dur_ns": concatenated("dur", np.int64),
                "external_id": concatenated("external_id", np.int64), "flops_arg": concatenated("flops_arg", np.float64),
@@ -95,6 +95,13 @@ def _texts(args: list, field: str) -> tuple[np.ndarray, list]:
     encoded = pa.array(raw, type=pa.binary()).dictionary_encode()
     return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
             [v.decode() if v else None for v in encoded.dictionary.to_pylist()])
+
+
+def _totals(values: list) -> np.ndarray:
+    """A device's total bytes: below 0 is no total (NaN), unlike ``Bytes``, which is negative for a free."""
+    out = _floats(values)
+    out[out < 0] = np.nan
+    return out
 
 
 def _floats(values: list) -> np.ndarray:

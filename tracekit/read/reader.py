@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Callable
 
 import msgspec
+import numpy as np
 import pandas as pd
 
 from tracekit.read.categories import KNOWN_CATEGORIES, device_evidence
-from tracekit.errors import EmptyTraceError, NotATraceError, NotJSONError, RankUnknownError, TruncatedTraceError
+from tracekit.errors import (EmptyTraceError, NotATraceError, NotJSONError, RankUnknownError, TraceReadError,
+                             TruncatedTraceError)
 from tracekit.read.columns import collect_parts, finish_tables
 from tracekit.read.files import as_path, load_bytes, rank_in_file_name
 from tracekit.read.kineto import (CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, TRACE_DECODER, Complete, DistributedInfo,
@@ -161,6 +163,10 @@ def _tables(path: Path | str, trace, parts, default_rank: int | None) -> RankTab
     info = None if isinstance(trace, list) else trace.distributedInfo
     rank, rank_source = _rank_of(path, info, default_rank)
     base_ns = 0 if isinstance(trace, list) else int(trace.baseTimeNanoseconds or 0)
+    latest = max((int(a.max()) for p in parts[0] for a in (p["ts"], p["left_ts"]) if len(a)), default=0)
+    if base_ns and latest > np.iinfo(np.int64).max - base_ns:  # would wrap around: every time after it wrong
+        raise TraceReadError(path, f"baseTimeNanoseconds {base_ns} plus event times up to {latest / 1e3:.0f} us pass "
+                             "the nanoseconds int64 holds (year 2262): the times are not relative to the base", rank)
     events, comm_args, dropped, first_ts_ns, facts = finish_tables(parts, rank, base_ns)
     memory_bytes = [float(d.totalGlobalMem) for d in (() if isinstance(trace, list) else trace.deviceProperties or ())
                     if d.totalGlobalMem is not None]

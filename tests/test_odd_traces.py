@@ -1,0 +1,117 @@
+"""Valid but unusual traces that once stopped ``summarize`` with an error from pandas or numpy, or gave an
+impossible number (each found by random traces; each value here worked out by hand).
+
+Times in microseconds, as traces write them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracekit
+from tests.tracedata import cpu, kernel, step, write_trace
+from tracekit.errors import TraceReadError
+
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _summary(folder, ranks: dict, **top):
+    for rank, events in ranks.items():
+        write_trace(folder / f"rank{rank}.json", events, rank=rank, world_size=len(ranks), **top)
+    return tracekit.summarize(folder, cache=False, workers=1)
+
+
+def _mem(ts, nbytes=512, total=512, addr=1, tid=1):
+    args = {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes, "Total Reserved": 1024}
+    if total is not None:
+        args["Total Allocated"] = total
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": tid, "ts": ts, "s": "t",
+            "args": args}
+
+
+def test_an_allocation_with_no_op_in_the_trace_is_no_op(tmp_path):
+    # A kernel and one allocation of 512 B, no host op at all: the peak's live bytes belong to no op.
+    s = _summary(tmp_path, {0: [kernel("k", 0, 10), _mem(10)]})
+    top = s.memory_top
+    assert top[["op", "live_bytes", "allocations"]].values.tolist() == [["(no op)", 512.0, 1]]
+
+
+def test_steps_whose_events_carry_no_total_have_an_unknown_peak(tmp_path):
+    # Step 1 [0, 100] holds an allocation at 50 us inside aten::mm [10, 60] that gives no Total Allocated; a second,
+    # at 500 us (after the step, in no op), gives 512 + 512 = 1024 B. Step 1's peak is unknown, not 0; the device's
+    # peak is at 500 us, where both allocations are live (no free), and no step has a known peak.
+    s = _summary(tmp_path, {0: [step(1, 0, 100), cpu("aten::mm", 10, 50), _mem(50, total=None),
+                                _mem(500, total=1024, addr=2)]})
+    row = s.memory[s.memory["step"] == 1].iloc[0]
+    assert np.isnan(row["peak_allocated_bytes"]) and row["peak_reserved_bytes"] == 1024
+    top = s.memory_top.set_index("op")
+    assert top.loc["aten::mm", "live_bytes"] == 512 and top.loc["(no op)", "live_bytes"] == 512
+    assert set(top["step"]) == {-1}
+
+
+def test_a_negative_total_is_unknown_and_a_negative_size_is_no_size(tmp_path):
+    # "Total Allocated" -512 (no device holds less than nothing); "In msg nelems" -1 and "Group size" -1 (what
+    # some writers put for "unknown"): the bytes are unknown, and the group size falls back to the world size (1).
+    args = {"Collective name": "allreduce", "In msg nelems": -1, "Out msg nelems": -1, "dtype": "Float",
+            "Group size": -1, "Process Group Name": "0"}
+    s = _summary(tmp_path, {0: [step(1, 0, 1000), step(2, 1000, 1000), kernel("gemm", 50, 20),
+                                kernel(AR, 100, 10, stream=20, **args), _mem(10, nbytes=-512, total=-512)]})
+    c = s.collectives.iloc[0]
+    assert np.isnan(c["bytes"]) and np.isnan(c["algbw_gbps"]) and c["group_size"] == 1
+    assert s.memory["peak_allocated_bytes"].isna().all()
+
+
+def test_a_collective_without_a_duration_is_a_dropped_event(tmp_path):
+    # An NCCL kernel without "dur": no collective row (it once gave dur_us -0.001, the -1 ns "no duration"), one
+    # dropped event, and no all-reduce time.
+    ar = kernel(AR, 100, 10, stream=20)
+    del ar["dur"]
+    s = _summary(tmp_path, {0: [step(1, 0, 1000), step(2, 1000, 1000), kernel("gemm", 50, 20), ar]})
+    assert s.collectives.empty
+    assert s.data_quality["dropped_events"].tolist() == [1]
+    assert s.ranks[["allreduce_count", "allreduce_us"]].values.tolist() == [[0, 0.0]]
+
+
+def test_an_fsdp_pre_hook_without_any_post_hook(tmp_path):
+    # A cut trace: FSDP2's root pre-forward hook [10, 15] and no post-hook: the unit's compute window has no end.
+    s = _summary(tmp_path, {0: [step(1, 0, 1000), step(2, 1000, 1000),
+                                cpu("FSDP::pre_forward", 10, 5, cat="user_annotation")]})
+    row = s.fsdp.iloc[0]
+    assert (row["api"], row["unit"], row["phase"], row["start_us"]) == ("fsdp2", "(root)", "forward", 10.0)
+    assert np.isnan(row["compute_us"])
+
+
+def test_an_op_before_the_base_time_is_moved_by_it_too(tmp_path):
+    # baseTimeNanoseconds B: every time is B + ts. An op at ts -100 us once kept -100 us while the rest moved by B,
+    # and the memory pass's span of ~B ns per thread overflowed. The allocation at 50 us on thread 1 lies in
+    # aten::mm [40, 60] of thread 1.
+    events = [cpu("aten::add", -100, 10)] + [cpu("aten::mm", 40, 20, tid=t) for t in range(1, 7)] + [_mem(50)]
+    s = _summary(tmp_path, {0: events}, baseTimeNanoseconds=1_700_000_000_000_000_000)
+    assert s.memory_top["op"].tolist() == ["aten::mm"]
+
+
+def test_times_past_int64_nanoseconds_are_a_named_error(tmp_path):
+    # ts of 2**53 us on a base of 1.7e18 ns pass 2**63 ns: the times would wrap around to negative.
+    base = 2**53
+    path = write_trace(tmp_path / "rank0.json", [step(1, base, 1000), step(2, base + 1000, 1000)], rank=0,
+                       world_size=1, baseTimeNanoseconds=1_700_000_000_000_000_000)
+    with pytest.raises(TraceReadError, match="pass the nanoseconds int64 holds") as err:
+        tracekit.summarize(path, cache=False, workers=1)
+    assert err.value.path == str(path) and err.value.rank == 0
+
+
+def test_steps_numbered_out_of_time_order_replay_in_time_order(tmp_path):
+    # ProfilerStep#2 [0, 100] then #1 [100, 200] (aten::add [110, 160] in it). The step table takes steps in time
+    # order: #1's time is 100 us. The replay's baseline gives the same 100 us (it once took #1 -> #2 by number:
+    # -100 us), and without host gaps #1 is aten::add's 50 us.
+    s = _summary(tmp_path, {0: [step(2, 0, 100), step(1, 100, 100), cpu("aten::add", 110, 50)]})
+    window = s.steps[s.steps["in_window"].astype(bool)]
+    assert window[["step", "step_us"]].values.tolist() == [[1, 100.0]]
+    table = tracekit.whatif(s, scenarios=["baseline", "no_host_gaps"]).set_index("scenario")
+    assert table.loc["baseline", "step_time_us"] == pytest.approx(100.0)
+    assert table.loc["no_host_gaps", "step_time_us"] == pytest.approx(50.0)
+    # The end marker is where the last step to start (#1) ends, numbered past every step.
+    g = s.graph
+    end = g[(g["name"] == "ProfilerStep end").to_numpy()]
+    assert end[["start_ns", "step"]].values.tolist() == [[200_000, 3]]
