@@ -9,6 +9,8 @@ def stack_pass(order, tid, start, end):  # pragma: no cover (compiled)
     n = len(order)
     parent = np.full(n, -1, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
+    covered = np.zeros(n, dtype=np.int64)  # the union of each op's children's spans
+    reached = start.copy()  # how far each op's children cover it so far (children come in start order)
     stack = np.empty(n, dtype=np.int64)
     top = 0
     for k in range(n):
@@ -20,8 +22,12 @@ def stack_pass(order, tid, start, end):  # pragma: no cover (compiled)
             else:
                 break
         if top > 0:
-            parent[i] = stack[top - 1]
-            depth[i] = depth[parent[i]] + 1
+            p = stack[top - 1]
+            parent[i] = p
+            depth[i] = depth[p] + 1
+            if end[i] > reached[p]:  # the part of i that no earlier sibling covered
+                covered[p] += end[i] - max(start[i], reached[p])
+                reached[p] = end[i]
         stack[top] = i
         top += 1
-    return parent, depth
+    return parent, depth, covered

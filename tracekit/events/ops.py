@@ -113,13 +113,10 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     yield "host_total_us", dur / 1e3
     yield "flops_arg", ops["flops_arg"].to_numpy()
     row_type = np.int32 if len(ops) < 2**31 else np.int64  # 4 bytes an op where that numbers them
-    parent, depth = (a.astype(row_type) for a in op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur))
-    child = np.zeros(len(ops))
-    has_parent = parent >= 0
-    np.add.at(child, parent[has_parent], dur[has_parent])
-    del has_parent
-    yield "host_self_us", (dur - child) / 1e3
-    del child
+    parent, depth, covered = op_tree(ops["tid"].cat.codes.to_numpy(), start, start + dur)
+    parent, depth = parent.astype(row_type), depth.astype(row_type)
+    yield "host_self_us", (dur - covered) / 1e3  # the time no child covers: never below 0
+    del covered
     device_self = _device_self(ops, launched or launches(ops, events)) if device_rank else np.full(len(ops), np.nan)
     yield "device_us", subtree_sums(device_self, parent, depth) / 1e3
     device_self /= 1e3  # in place: its sums over subtrees are made
