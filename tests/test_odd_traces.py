@@ -7,10 +7,13 @@ Times in microseconds, as traces write them.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tracekit
-from tests.tracedata import cpu, kernel, step, write_trace
+from tests.tracedata import cpu, kernel, launch, step, write_trace
+from tracekit import nesting, quality
 from tracekit.errors import TraceReadError
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
@@ -129,3 +132,48 @@ def test_children_that_overlap_each_other_count_once_in_their_parents_self_time(
     self_us = s.ops.set_index("name")["host_self_us"].to_dict()
     assert self_us == {"aten::empty": 0.0, "aten::mm": 200.0, "aten::add": 200.0, "aten::clone": 70.0,
                        "aten::copy_": 20.0, "aten::fill_": 10.0}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50), st.integers(0, 30)), min_size=1, max_size=30),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 90)), min_size=1, max_size=20))
+def test_nesting_on_ranked_times_is_nesting_on_times(spans, points):
+    # The rank transform keeps order and ties, so every answer is the same as on the times themselves.
+    tid = [t for t, _, _ in spans]
+    start = np.array([s for _, s, _ in spans])
+    end = start + np.array([d for _, _, d in spans])
+    p_tid, p_ns = [t for t, _ in points], np.array([p for _, p in points])
+    np.testing.assert_array_equal(nesting._innermost_ranked(p_tid, p_ns, tid, start, end),
+                                  nesting.innermost(p_tid, p_ns, tid, start, end))
+    ranked = nesting._ranked(p_ns, start, end)
+    np.testing.assert_array_equal(nesting.count_starts_within(p_tid, ranked[0], tid, ranked[1], ranked[2]),
+                                  nesting.count_starts_within(p_tid, p_ns, tid, start, end))
+
+
+def test_one_op_at_ts_0_in_a_trace_of_epoch_times(tmp_path):
+    # Older traces write epoch microseconds (1.7e15); one op at ts 0 spreads each of 6 threads over 1.7e18 ns, and
+    # the thread offsets passed int64 (OverflowError). The 10 us kernel is still that of the launch inside aten::mm
+    # of thread 1 [t+10, t+60]: aten::mm's device time.
+    t = 1_700_000_000_000_000
+    events = [cpu("aten::add", 0, 10)] + [cpu("aten::mm", t + 10 * k, 50, tid=k) for k in range(1, 7)]
+    events += [launch(t + 20, correlation=1), kernel("gemm", t + 30, 10, correlation=1)]
+    s = _summary(tmp_path, {0: events})
+    ops = s.ops.set_index("name")
+    assert ops["calls"].to_dict() == {"aten::mm": 6, "aten::add": 1}
+    assert ops.loc["aten::mm", "device_us"] == 10.0 and ops.loc["aten::add", "device_us"] == 0.0
+
+
+def test_step_numbers_far_apart_are_listed_as_a_run():
+    # Rank 0 has #1, #2 and rank 1 #300000001, #300000002: every number between is wanted, and was once listed one
+    # by one (a set of 300 million ints). A run of more than 20 is one item; 20 are still listed.
+    far = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 300_000_001, 300_000_002]})
+    assert quality.missing_steps(far) == {0: ["3-300000002"], 1: ["1-300000000"]}
+    twenty = pd.DataFrame({"rank": [0, 0, 1], "step": [1, 22, 1]})
+    assert quality.missing_steps(twenty) == {0: list(range(2, 22)), 1: ["2-22"]}
+
+
+def test_a_step_number_past_int64_is_an_annotation(tmp_path):
+    # ProfilerStep#99999999999999999999 names no step a profiler counted (OverflowError once): no step.
+    s = _summary(tmp_path, {0: [cpu("ProfilerStep#99999999999999999999", 0, 100, cat="user_annotation"),
+                                cpu("aten::mm", 10, 20)]})
+    assert s.steps.empty and s.data_quality["step_source"].tolist() == ["none"]

@@ -1,5 +1,9 @@
 """Spans that nest per thread (one thread's profiler events form a tree): which span holds a point, which hold
-another span's start. Vectorised with sorted arrays; threads are kept apart by offsetting each one's times."""
+another span's start. Vectorised with sorted arrays; threads are kept apart by offsetting each one's times.
+
+Where the offsets would pass int64 (times far apart: one event at ts 0 in a trace of epoch times, many threads or
+deep nesting), the times are replaced by their rank among all the times first: the same order and ties, so the same
+answer, in a range as small as the number of times."""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray
     n_threads, codes = _thread_codes(span_tid, point_tid)
     lo = min(span_start.min(), point_ns.min())
     width = int(max(span_end.max(), point_ns.max()) - lo + 1)
+    if n_threads * width >= _KEYS:  # the thread offsets would pass int64
+        return _innermost_ranked(point_tid, point_ns, span_tid, span_start, span_end)
     # Each working array is let go as soon as it is used: a rank's ops and launches are millions on a large trace.
     s = codes[:len(span_start)] * width + (span_start - lo)
     e = codes[:len(span_start)] * width + (span_end - lo)
@@ -30,6 +36,8 @@ def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray
     del e_sorted
     # Spans at one level are disjoint, so the last one of the point's level starting at or before it holds it.
     big = n_threads * width
+    if (int(level.max()) + 1) * big >= _KEYS:  # deep nesting on a wide range: the level key would pass int64
+        return _innermost_ranked(point_tid, point_ns, span_tid, span_start, span_end)
     key = level.astype(np.int64) * big + s_sorted
     del s_sorted
     by_key = np.argsort(key, kind="stable")
@@ -41,6 +49,11 @@ def innermost(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray
     return np.where(found, hit, -1)
 
 
+def _innermost_ranked(point_tid, point_ns, span_tid, span_start, span_end) -> np.ndarray:
+    point_ns, span_start, span_end = _ranked(point_ns, span_start, span_end)
+    return innermost(point_tid, point_ns, span_tid, span_start, span_end)
+
+
 def count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
     """For each span, how many points of its thread lie in ``(start, end)``."""
     _, codes = _thread_codes(p_tid, s_tid)
@@ -48,11 +61,28 @@ def count_starts_within(p_tid, p_ns, s_tid, s_start, s_end) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     lo = min(np.min(p_ns, initial=np.iinfo(np.int64).max), s_start.min())
     width = int(max(np.max(p_ns, initial=0), s_end.max()) - lo + 1)
+    if _threads(codes) * width >= _KEYS:
+        p_ns, s_start, s_end = _ranked(np.asarray(p_ns, dtype=np.int64), s_start, s_end)
+        lo, width = 0, int(max(np.max(p_ns, initial=0), s_end.max()) + 1)
     points = np.sort(codes[:len(p_ns)] * width + (np.asarray(p_ns, dtype=np.int64) - lo))
     sc = codes[len(p_ns):] * width
     # strictly after the span's start: an annotation starting with an op at the same time is its parent, not its child
     after_start = np.searchsorted(points, sc + (s_start - lo), side="right")
     return np.searchsorted(points, sc + (s_end - lo), side="left") - after_start
+
+
+_KEYS = 2**62  # offset keys stay below this: int64 with room
+
+
+def _ranked(*times: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each array's times as their rank among all the times given (equal times, equal ranks)."""
+    _, inverse = np.unique(np.concatenate([np.asarray(t, dtype=np.int64) for t in times]), return_inverse=True)
+    bounds = np.cumsum([0] + [len(t) for t in times])
+    return tuple(inverse[a:b].astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def _threads(codes: np.ndarray) -> int:
+    return int(codes.max()) + 1 if len(codes) else 1
 
 
 def _thread_codes(first, second) -> tuple[int, np.ndarray]:

@@ -6,6 +6,7 @@ notes, ranks with the same note together, so the text report, the HTML report an
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 
@@ -172,9 +173,14 @@ def _row_notes(row: dict) -> list[str]:
     return out
 
 
+LONGEST_LISTED = 20  # a longer run of lacking step numbers is listed as first-last
+
+
 def missing_steps(steps: pd.DataFrame) -> dict[int, list[int]]:
     """Per rank with steps, the step numbers it lacks: those another rank has, and holes in its own numbering
     (``ProfilerStep#4`` absent between #3 and #5). A rank with no step at all is not listed (its note says so).
+    A run of more than ``LONGEST_LISTED`` lacking numbers is one item, ``"first-last"``: numbers far apart (#1 on one
+    rank, #300000001 on another) are one line, not a list of every number between.
 
     Example:
       >>> missing_steps(pd.DataFrame({"rank": [0, 0, 0, 1, 1], "step": [3, 4, 5, 3, 5]}))
@@ -182,11 +188,14 @@ def missing_steps(steps: pd.DataFrame) -> dict[int, list[int]]:
     """
     if steps.empty:
         return {}
-    seen = set(steps["step"].astype(int))
-    wanted = seen | set(range(min(seen), max(seen) + 1))
+    numbers = steps["step"].astype(np.int64)
+    lo, hi = int(numbers.min()), int(numbers.max())  # every number between is wanted: seen, or a hole
     out = {}
-    for rank, numbers in steps.groupby("rank")["step"]:
-        lacking = sorted(wanted - set(numbers.astype(int)))
+    for rank, own in numbers.groupby(steps["rank"]):
+        bounds = np.concatenate([[lo - 1], np.unique(own.to_numpy()), [hi + 1]])
+        lacking = []
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # the run a+1 .. b-1 between two it has
+            lacking += list(range(a + 1, b)) if b - a - 1 <= LONGEST_LISTED else [f"{a + 1}-{b - 1}"]
         if lacking:
             out[int(rank)] = lacking
     return out
