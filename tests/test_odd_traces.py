@@ -177,3 +177,16 @@ def test_a_step_number_past_int64_is_an_annotation(tmp_path):
     s = _summary(tmp_path, {0: [cpu("ProfilerStep#99999999999999999999", 0, 100, cat="user_annotation"),
                                 cpu("aten::mm", 10, 20)]})
     assert s.steps.empty and s.data_quality["step_source"].tolist() == ["none"]
+
+
+def test_steps_annotated_on_two_threads_replay_in_order(tmp_path):
+    # ProfilerStep#1 [1000, 1300] on thread 1, #2 [8900, 8950] on thread 2, after aten::add [670, 675] there. #2's
+    # marker starts after #1's started (an edge between the threads), so no scenario starts #2 first: without it,
+    # no_host_gaps moved #2 to 675 us and predicted -325 us for step 1. Baseline: 8900 - 1000 = 7900 us.
+    s = _summary(tmp_path, {0: [step(1, 1000, 300, tid=1), step(2, 8900, 50, tid=2), cpu("aten::add", 670, 5, tid=2)]})
+    g = s.graph
+    first, second = (np.flatnonzero((g["name"] == f"ProfilerStep#{k}").to_numpy())[0] for k in (1, 2))
+    assert g.loc[second, "ps"] == first and g.loc[first, "ps"] == -1
+    table = tracekit.whatif(s).set_index("scenario")["step_time_us"]
+    assert table["baseline"] == pytest.approx(7900.0)
+    assert ((table >= 0) & (table <= 7900.0 + 1e-6)).all(), table
