@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 import tracekit
 from tests.tracedata import cpu, kernel, launch, step, write_trace
 from tracekit import nesting, quality
+from tracekit.events import flops
 from tracekit.errors import TraceReadError
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
@@ -190,3 +191,37 @@ def test_steps_annotated_on_two_threads_replay_in_order(tmp_path):
     table = tracekit.whatif(s).set_index("scenario")["step_time_us"]
     assert table["baseline"] == pytest.approx(7900.0)
     assert ((table >= 0) & (table <= 7900.0 + 1e-6)).all(), table
+
+
+def test_mfu_of_a_host_that_runs_ahead_is_on_the_device_clock(tmp_path):
+    # Four 100 us ProfilerSteps on an H100, each launching an 8192^3 bf16 mm whose kernel takes 1200 us: kernel k
+    # runs [30 + 1200k, 1230 + 1200k]. On the host the steps take 100, 100, 100 and (the last, to its work's end)
+    # 4530 us, so MFU over host time was 1111 %. On the device's clock step 1 runs [0, 1230], step 2 [1230, 2430],
+    # step 3 [2430, 3630], step 4 [3630, 4830]. The mm's 2 * 8192^3 FLOPs take 1111.29 us at 989.4 TFLOP/s.
+    props = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "totalGlobalMem": 85899345920}]
+    shapes = {"Input Dims": [[8192, 8192], [8192, 8192]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
+    events = []
+    for k in range(4):
+        t, c = 100 * k, k + 1
+        events += [step(k + 1, t, 100), cpu("aten::mm", t + 10, 50, **{"External id": c, **shapes}),
+                   {**launch(t + 20, c), "args": {"correlation": c, "External id": c}},
+                   kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 30 + 1200 * k, 1200, correlation=c, **{"External id": c})]
+    s = _summary(tmp_path, {0: events}, deviceProperties=props)
+    steps = s.steps
+    assert steps["step_us"].tolist() == [100.0, 100.0, 100.0, 4530.0]
+    assert steps["device_step_us"].tolist() == [1230.0, 1200.0, 1200.0, 1200.0]
+    assert steps["matmul_flops"].tolist() == [2 * 8192**3] * 4
+    assert steps["matmul_at_peak_us"].iloc[0] == pytest.approx(2 * 8192**3 / 989.4e12 * 1e6, rel=1e-4)
+    np.testing.assert_allclose(steps["mfu_pct"], steps["matmul_at_peak_us"] / steps["device_step_us"] * 100)
+    assert steps["mfu_pct"].iloc[0] == pytest.approx(1111.29 / 1230 * 100, rel=1e-5)  # 90.35 %
+    # The window (steps 1-3): 3 x 1111.29 us at peak in 1230 + 1200 + 1200 us of device time.
+    assert s.ranks["mfu_pct"].iloc[0] == pytest.approx(3 * 1111.29 / 3630 * 100, rel=1e-5)  # 91.84 %
+
+
+def test_a_negative_size_in_input_dims_is_no_shape():
+    # Input Dims [[-1, 4], [4, 4]]: no tensor has -1 rows (it gave -32 FLOPs). The mm's FLOPs are unknown; a 2 x 4
+    # by 4 x 4 mm is 2 * 2 * 4 * 4 = 64 FLOPs and reads and writes (8 + 16 + 8) x 4 bytes = 128 B.
+    bad = flops.op_cost("aten::mm", [[-1, 4], [4, 4]], ["float", "float"])
+    assert np.isnan(bad.flops) and np.isnan(bad.bytes)
+    good = flops.op_cost("aten::mm", [[2, 4], [4, 4]], ["float", "float"])
+    assert (good.flops, good.bytes) == (64.0, 128.0)

@@ -111,15 +111,15 @@ RANK_COLUMNS = {
     "comm_transfer_us": "wall-clock time in matched collectives after the last rank arrived (union)",
     "last_arrivals": "matched collectives this rank started strictly last; missing when none matched",
     "matmul_flops_per_step": "mean matmul_flops over the window's steps",
-    "mfu_pct": "MFU over the window: the steps' matmul_at_peak_us over their step_us, x 100",
+    "mfu_pct": "MFU over the window: the steps' matmul_at_peak_us over their device_step_us, x 100",
 }
 
 STEP_COLUMNS = {
     "rank": "rank",
     "step": "ProfilerStep number (steps from another annotation: 0, 1, ... in time order)",
     "start_us": "step start, from the run's origin",
-    "step_us": "to the next step's start; the last step: to its annotation's end, or to the end of the device work "
-               "launched inside it where that is later (a host that ran ahead of the device)",
+    "step_us": "to the next step's start; the last step: to its annotation's end or, if later, its device work's end",
+    "device_step_us": "the step on the device's clock (from when the earlier steps' work is done); MFU's time",
     "compute_us": "computation not overlapped by communication (the plugin's 'Computation')",
     "overlap_us": "computation and communication at once",
     "exposed_comm_us": "communication not overlapped (the plugin's 'Communication')",
@@ -129,7 +129,7 @@ STEP_COLUMNS = {
     "matmul_flops": "FLOPs of the step's innermost matmul-class ops, from their shapes (tracekit.events.ops); NaN "
                     "when some are unknown or the rank recorded no CPU op (annotations only)",
     "matmul_at_peak_us": "the time those FLOPs take at the device's dense peak for each op's dtype",
-    "mfu_pct": "model FLOPs utilisation: matmul_at_peak_us / step_us x 100 (NaN: unknown device or FLOPs)",
+    "mfu_pct": "model FLOPs utilisation: matmul_at_peak_us / device_step_us x 100 (NaN: unknown device or FLOPs)",
 }
 
 COLLECTIVE_COLUMNS = {

@@ -141,8 +141,8 @@ def op_cost(name: str, dims: list | None, types: list | None, concrete: list | N
 
 
 def _shape(d) -> list[int] | None:
-    """A tensor's shape, or None for anything else (a TensorList's list of shapes, a non-tensor)."""
-    return list(d) if isinstance(d, list) and all(type(x) is int for x in d) else None
+    """A tensor's shape, or None for anything else (a TensorList's list of shapes, a non-tensor, a size below 0)."""
+    return list(d) if isinstance(d, list) and all(type(x) is int and x >= 0 for x in d) else None
 
 
 def _tensor(dims, types, i) -> list[int] | None:

@@ -97,6 +97,11 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
     device counters, which records no event) ends its annotation before the step's work is done. Steps are
     matched by number, not position: a step whose successor (N + 1) the trace lacks ends the same way as the last
     (never past the next step's start), not at a later step's start.
+
+    ``device_step_us`` is the step on the device's clock, where MFU is measured: it begins when the device has
+    finished the work launched in earlier steps (or at the step's start, if later) and ends the same way for the
+    next step, so these steps tile the device's timeline. Where the device keeps up it is ``step_us``; where the
+    host runs ahead (100 us steps launching 1.2 ms kernels) it is the device's 1.2 ms, not the host's 100 us.
     """
     parts = []
     for rank, group in steps.groupby("rank", sort=True):
@@ -107,6 +112,8 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
         next_start = np.append(starts[1:], [np.iinfo(np.int64).max])
         follows = np.append(numbers[1:] == numbers[:-1] + 1, False)
         ends = np.where(follows, next_start, np.minimum(own_end, next_start))
+        done = np.maximum.accumulate(work)  # when the device finished the work of this step and every earlier one
+        device_ns = np.maximum(ends, done) - np.maximum(starts, np.append(np.iinfo(np.int64).min, done[:-1]))
         sets = _sets(mine)
         comp = iv.covered_within(sets["compute"], starts, ends)
         comm = iv.covered_within(sets["comm"], starts, ends)
@@ -114,13 +121,14 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
         step_ns = ends - starts
         parts.append(pd.DataFrame({
             "rank": rank, "step": group["step"].to_numpy(), "start_ns": starts,
-            "step_us": step_ns / 1e3, "compute_us": (comp - both) / 1e3, "overlap_us": both / 1e3,
+            "step_us": step_ns / 1e3, "device_step_us": device_ns / 1e3, "compute_us": (comp - both) / 1e3,
+            "overlap_us": both / 1e3,
             "exposed_comm_us": (comm - both) / 1e3, "other_us": (step_ns - comp - comm + both) / 1e3,
             "comm_us": comm / 1e3,
         }))
     if parts:
         return pd.concat(parts, ignore_index=True)
-    times = ["step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
+    times = ["step_us", "device_step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
     return pd.DataFrame({**{c: pd.Series(dtype=np.int64) for c in ("rank", "step", "start_ns")},
                          **{c: pd.Series(dtype=np.float64) for c in times}})
 

@@ -41,17 +41,18 @@ def with_step_flops(steps: pd.DataFrame, results) -> pd.DataFrame:
     # no operator, or none of a usable duration, ``tracekit.events.ops``); a step it lacks (a rank without ops) is
     # unknown.
     out = steps.astype({"rank": np.int64, "step": np.int64}).merge(flops, on=["rank", "step"], how="left")
-    out["mfu_pct"] = _pct(out["matmul_at_peak_us"], out["step_us"])
+    out["mfu_pct"] = _pct(out["matmul_at_peak_us"], out["device_step_us"])
     return out.astype({"rank": steps["rank"].dtype, "step": steps["step"].dtype}) if len(steps) else out
 
 
 def rank_flops(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per rank over its window steps: mean matmul FLOPs per step and MFU (sum of at-peak time / sum of step time)."""
+    """Per rank over its window steps: mean matmul FLOPs per step and MFU (sum of at-peak time / sum of the steps'
+    time on the device's clock)."""
     window = steps[steps["in_window"].astype(bool)] if len(steps) else steps
     grouped = window.groupby("rank")
     at_peak = grouped["matmul_at_peak_us"].agg(lambda v: v.sum(skipna=False))
     return pd.DataFrame({"matmul_flops_per_step": grouped["matmul_flops"].agg(lambda v: v.mean(skipna=False)),
-                         "mfu_pct": _pct(at_peak, grouped["step_us"].sum())}).reset_index()
+                         "mfu_pct": _pct(at_peak, grouped["device_step_us"].sum())}).reset_index()
 
 
 def _pct(at_peak: pd.Series, step_us: pd.Series) -> pd.Series:
