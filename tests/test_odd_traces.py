@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 import tracekit
 from tests.tracedata import cpu, kernel, launch, step, write_trace
 from tracekit import nesting, quality
-from tracekit.events import flops
+from tracekit.events import flops, optree
 from tracekit.errors import TraceReadError
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
@@ -225,3 +225,22 @@ def test_a_negative_size_in_input_dims_is_no_shape():
     assert np.isnan(bad.flops) and np.isnan(bad.bytes)
     good = flops.op_cost("aten::mm", [[2, 4], [4, 4]], ["float", "float"])
     assert (good.flops, good.bytes) == (64.0, 128.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.integers(0, 40)), min_size=1, max_size=25))
+def test_children_cover_is_the_union_of_the_childrens_spans(spans):
+    # Whatever the tree the stack pass builds, each op's covered time is the length of the union of its children.
+    tid = np.array([t for t, _, _ in spans])
+    start = np.array([s for _, s, _ in spans])
+    end = start + np.array([d for _, _, d in spans])
+    parent, _, covered = optree.op_tree(tid, start, end)
+    for i in range(len(spans)):
+        kids = sorted((start[k], end[k]) for k in np.flatnonzero(parent == i))
+        union, reach = 0, None
+        for a, b in kids:
+            if reach is None or a > reach:
+                union, reach = union + (b - a), b
+            elif b > reach:
+                union, reach = union + (b - reach), b
+        assert covered[i] == union, (i, kids)
