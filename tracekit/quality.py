@@ -125,7 +125,8 @@ def _row_notes(row: dict) -> list[str]:
                    f"{_ORDINAL}")
     if row.get("missing_steps"):
         lacks = str(row["missing_steps"])
-        out.append(f"lacks step{'s' if ',' in lacks else ''} {lacks} (no ProfilerStep#{lacks.split(',')[0]} in its "
+        first = lacks.split(",")[0].split("-")[0]
+        out.append(f"lacks step{'s' if ',' in lacks or '-' in lacks else ''} {lacks} (no ProfilerStep#{first} in its "
                    "trace, though another rank or its own numbering has it): its step times leave it out, and the "
                    "collectives it ran there match no step on the other ranks (summary.mismatches)")
     captured = _capture_notes(row)
@@ -192,9 +193,9 @@ def missing_steps(steps: pd.DataFrame) -> dict[int, list[int]]:
     lo, hi = int(numbers.min()), int(numbers.max())  # every number between is wanted: seen, or a hole
     out = {}
     for rank, own in numbers.groupby(steps["rank"]):
-        bounds = np.concatenate([[lo - 1], np.unique(own.to_numpy()), [hi + 1]])
+        bounds = [lo - 1, *np.unique(own.to_numpy()).tolist(), hi + 1]  # Python ints: no int64 end to pass
         lacking = []
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # the run a+1 .. b-1 between two it has
+        for a, b in zip(bounds[:-1], bounds[1:]):  # the run a+1 .. b-1 between two it has
             lacking += list(range(a + 1, b)) if b - a - 1 <= LONGEST_LISTED else [f"{a + 1}-{b - 1}"]
         if lacking:
             out[int(rank)] = lacking

@@ -180,7 +180,7 @@ DATA_QUALITY_COLUMNS = {
     "step_source": "the steps' source: 'ProfilerStep', 'detected: <regex>' (events.steps.ENGINE_STEPS), "
                    "'step_pattern: <regex>', 'none' or 'none: <why>' (per-step numbers, critical path, what-if unknown)",
     "missing_steps": "step numbers the rank's trace lacks though another rank or its own numbering has them "
-                     "(tracekit.quality.missing_steps), comma-separated; '' none",
+                     "(tracekit.quality.missing_steps), comma-separated (a long run: first-last); '' none",
 }
 
 GAP_COLUMNS = {

@@ -99,21 +99,24 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
     (never past the next step's start), not at a later step's start.
 
     ``device_step_us`` is the step on the device's clock, where MFU is measured: it begins when the device has
-    finished the work launched in earlier steps (or at the step's start, if later) and ends the same way for the
-    next step, so these steps tile the device's timeline. Where the device keeps up it is ``step_us``; where the
-    host runs ahead (100 us steps launching 1.2 ms kernels) it is the device's 1.2 ms, not the host's 100 us.
+    finished the compute launched in earlier steps (or at the step's start, if later) and ends the same way for the
+    next step, so these steps tile the device's timeline. Where compute keeps up it is ``step_us``; where the host
+    runs ahead (100 us steps launching 1.2 ms kernels) it is the device's 1.2 ms, not the host's 100 us. Compute
+    only: a collective that runs on into the next step overlaps that step's compute; it does not delay it.
     """
     parts = []
     for rank, group in steps.groupby("rank", sort=True):
         starts, numbers = group["start_ns"].to_numpy(), group["step"].to_numpy()
         mine = events_dev_all[events_dev_all["rank"] == rank]
-        work = mine.groupby("step")["end_ns"].max().reindex(numbers).fillna(-1).to_numpy(dtype=np.int64)
+        none = np.iinfo(np.int64).min  # no device work in the step (not -1: times may be negative)
+        work = mine.groupby("step")["end_ns"].max().reindex(numbers).fillna(none).to_numpy(dtype=np.int64)
         own_end = np.maximum(group["end_ns"].to_numpy(), work)
         next_start = np.append(starts[1:], [np.iinfo(np.int64).max])
         follows = np.append(numbers[1:] == numbers[:-1] + 1, False)
         ends = np.where(follows, next_start, np.minimum(own_end, next_start))
-        done = np.maximum.accumulate(work)  # when the device finished the work of this step and every earlier one
-        device_ns = np.maximum(ends, done) - np.maximum(starts, np.append(np.iinfo(np.int64).min, done[:-1]))
+        compute = mine[(mine["kind"] == "compute").to_numpy()].groupby("step")["end_ns"].max()
+        done = np.maximum.accumulate(compute.reindex(numbers).fillna(none).to_numpy(dtype=np.int64))
+        device_ns = np.maximum(ends, done) - np.maximum(starts, np.append(none, done[:-1]))  # done: up to this step
         sets = _sets(mine)
         comp = iv.covered_within(sets["compute"], starts, ends)
         comm = iv.covered_within(sets["comm"], starts, ends)

@@ -45,8 +45,9 @@ def find_steps(events: pd.DataFrame, pattern: str | None = None) -> tuple[pd.Dat
         regex = re.compile(pattern)
         steps = _numbered(events, host, names[[regex.search(n) is not None for n in names]])
         return steps, f"step_pattern: {pattern}" if len(steps) else f"none: step_pattern {pattern} matched no annotation"
-    # A number past int64 (ProfilerStep#99999999999999999999) names no step the profiler counted: an annotation.
-    step_names = names[[(m := STEP_NAME.match(n)) is not None and int(m.group(1)) < 2**63 for n in names]]
+    # A number near or past int64's end (ProfilerStep#99999999999999999999) names no step a profiler counted: an
+    # annotation (the numbers are added to and subtracted: #N + 1 must still be an int64).
+    step_names = names[[(m := STEP_NAME.match(n)) is not None and int(m.group(1)) < 2**62 for n in names]]
     # The host annotation defines the step; a device-side copy (gpu_user_annotation) would move it onto GPU time.
     at = np.flatnonzero(events["name"].isin(step_names).to_numpy() & (events["dur_ns"] >= 0).to_numpy()
                         & (events["cat"] != "gpu_user_annotation").to_numpy())

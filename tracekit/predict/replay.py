@@ -140,6 +140,9 @@ def step_times(graph: pd.DataFrame, model: Model, start: np.ndarray, end: np.nda
     then = measured_boundaries(graph, model) if measured is None else measured
     ahead = np.maximum(then["drained"].to_numpy() - then["t"].to_numpy(), 0)
     frame = now.assign(t=np.fmax(now["t"].to_numpy(), now["drained"].to_numpy() - np.nan_to_num(ahead)))
+    # No step begins before the one before it: steps annotated on two threads may replay out of order otherwise (a
+    # scenario that shortens one thread only). Markers on one lane are in order already: the same times.
+    frame["t"] = frame.groupby("rank")["t"].cummax()
     frame["next_t"] = frame.groupby("rank")["t"].shift(-1)
     frame = frame.merge(window_steps[["rank", "step"]], on=["rank", "step"])
     return frame.assign(step_us=(frame["next_t"] - frame["t"]) / 1e3).dropna(subset=["step_us"])[["rank", "step", "step_us"]]

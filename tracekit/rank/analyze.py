@@ -142,7 +142,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
                       graph=graph, fsdp=fsdp, **ran)
 
 
-_STEP_DEVICE_COLUMNS = ("compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
+_STEP_DEVICE_COLUMNS = ("device_step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
 # What only training runs: autograd's backward (``autograd::engine::evaluate_function: MmBackward0``, the nodes
 # ``*Backward0``), DDP's reducer copying reduced gradients back (``torch.distributed.ddp.reducer::copy_bucket_to_grad``,
 # at the end of backward; not its ``search_unused_parameters``, which DDP's forward runs whenever grad is enabled),

@@ -138,7 +138,6 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     del launch_of, launched
     if not on_gpu:
         _enqueue_edges(nodes, events[name.isin(names[names.str.match(_ENQUEUE.pattern)]).to_numpy() & valid], ps)
-    _step_order_edges(nodes, ps)
     busy = np.zeros(len(nodes), dtype=np.int64)
     if not on_gpu:  # the own time of enclosing ops between two innermost ones is compute, not idle host time
         prev_end = np.nan_to_num(_lane_prev_end(nodes), neginf=0).astype(np.int64)
@@ -203,16 +202,6 @@ def _inside(nodes: pd.DataFrame, lane: np.ndarray, start: np.ndarray, end: np.nd
     out = np.zeros(len(nodes), dtype=bool)
     out[joined["i"].to_numpy()[hit]] = True
     return out
-
-
-def _step_order_edges(nodes: pd.DataFrame, ps: np.ndarray) -> None:
-    """A step marker on another lane than the one before it (steps annotated on two threads) starts after that one
-    started: no replay may begin a step before the one before it. Markers on one lane are in order already."""
-    markers = np.flatnonzero(nodes["is_marker"].to_numpy())
-    markers = markers[np.lexsort((markers, nodes["start_ns"].to_numpy()[markers]))]
-    lane = nodes["lane"].to_numpy()
-    moved = markers[1:][(lane[markers[1:]] != lane[markers[:-1]]) & (ps[markers[1:]] < 0)]
-    ps[moved] = markers[:-1][np.isin(markers[1:], moved)]
 
 
 def _enqueue_edges(nodes: pd.DataFrame, enqueues: pd.DataFrame, ps: np.ndarray) -> None:

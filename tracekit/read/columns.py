@@ -54,8 +54,9 @@ def finish_tables(collected: tuple[list, list, list], rank: int, base_ns: int):
     dur_ns = _taken(parts, ["dur", "left_dur"], np.int64)
     # No duration, a negative one (unfinished CPU events) or one longer than the whole trace: not usable.
     last_start = int(ts_ns.max()) if len(ts_ns) else 0
-    horizon = last_start + max(last_start - (int(ts_ns.min()) if len(ts_ns) else 0), 1_000_000_000)
-    bad = (dur_ns < 0) | (ts_ns + dur_ns > horizon)
+    horizon = min(last_start + max(last_start - (int(ts_ns.min()) if len(ts_ns) else 0), 1_000_000_000),
+                  int(np.iinfo(np.int64).max))
+    bad = (dur_ns < 0) | (dur_ns > horizon - ts_ns)  # not ts + dur: a duration near int64's end would wrap
     dur_ns[bad] = -1
     first_ts_ns = int(ts_ns[~bad].min()) if (~bad).any() else None
     dropped = int(bad.sum())

@@ -158,15 +158,22 @@ def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, fas
     return _tables(path, trace, collect_parts(complete, host_ops), default_rank)
 
 
+def _latest_ns(parts) -> int:
+    """The latest start (ns from the base, a Python int) of the chunk columns' events, host ops and ``[memory]``
+    events. (A duration past the trace's horizon drops its event: ``columns.finish_tables``.)"""
+    events, ops, memory = parts
+    starts = [a for p in events for a in (p["ts"], p["left_ts"])] + [p["ts"] for p in ops] + [p["ts"] for p in memory]
+    return max((int(a.max()) for a in starts if len(a)), default=0)
+
+
 def _tables(path: Path | str, trace, parts, default_rank: int | None) -> RankTables:
     """The rank's tables from its decoded header (``trace``) and its events' columns (``parts``)."""
     info = None if isinstance(trace, list) else trace.distributedInfo
     rank, rank_source = _rank_of(path, info, default_rank)
     base_ns = 0 if isinstance(trace, list) else int(trace.baseTimeNanoseconds or 0)
-    latest = max((int(a.max()) for p in parts[0] for a in (p["ts"], p["left_ts"]) if len(a)), default=0)
-    if base_ns and latest > np.iinfo(np.int64).max - base_ns:  # would wrap around: every time after it wrong
-        raise TraceReadError(path, f"baseTimeNanoseconds {base_ns} plus event times up to {latest / 1e3:.0f} us pass "
-                             "the nanoseconds int64 holds (year 2262): the times are not relative to the base", rank)
+    if _latest_ns(parts) + base_ns > np.iinfo(np.int64).max:  # would wrap around: every time after it wrong
+        raise TraceReadError(path, f"event starts up to {_latest_ns(parts) / 1e3:.0f} us after baseTimeNanoseconds "
+                             f"{base_ns} pass the nanoseconds int64 holds (year 2262): not times of one run", rank)
     events, comm_args, dropped, first_ts_ns, facts = finish_tables(parts, rank, base_ns)
     memory_bytes = [float(d.totalGlobalMem) for d in (() if isinstance(trace, list) else trace.deviceProperties or ())
                     if d.totalGlobalMem is not None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from tracekit.fmt import is_unknown, mb, ms, num, pct
@@ -27,7 +28,7 @@ def what_ran_lines(summary: Summary) -> list[str]:
                   _ops(summary.ops), ""]
     if "mfu_pct" in summary.ranks and summary.ranks["matmul_flops_per_step"].notna().any():
         lines += ["Matmul FLOPs and MFU per rank (window steps; MFU against the device's dense datasheet peak)",
-                  _mfu(summary.ranks), ""]
+                  _mfu(summary.ranks, summary.steps), ""]
     if len(summary.memory):
         lines += ["Memory per rank and device (profile_memory), MB", _memory(summary.memory), ""]
     return lines
@@ -67,11 +68,15 @@ def _ops(ops: pd.DataFrame) -> str:
     return _indent(shown.to_string(index=False))
 
 
-def _mfu(ranks: pd.DataFrame) -> str:
+def _mfu(ranks: pd.DataFrame, steps: pd.DataFrame) -> str:
+    # Achieved FLOP/s over the steps' time on the device's clock, as MFU is: the window's mean device step.
+    window = steps[steps["in_window"].astype(bool)] if len(steps) and "device_step_us" in steps else steps.iloc[:0]
+    device_us = window.groupby("rank")["device_step_us"].mean().reindex(ranks["rank"]).to_numpy() if len(window) else (
+        np.full(len(ranks), np.nan))  # a Summary made before device_step_us (or by hand without it): unknown
     shown = pd.DataFrame({"rank": ranks["rank"], "device": ranks["device"],
                           "GFLOP/step": [num(f / 1e9, 2) for f in ranks["matmul_flops_per_step"]],
                           "TFLOPS/s": [num(f / s / 1e6, 2) if not (is_unknown(f) or is_unknown(s) or s <= 0) else "unknown"
-                                       for f, s in zip(ranks["matmul_flops_per_step"], ranks["step_time_us"])],
+                                       for f, s in zip(ranks["matmul_flops_per_step"], device_us)],
                           "MFU %": [num(m, 1) for m in ranks["mfu_pct"]]})
     return _indent(shown.to_string(index=False))
 
