@@ -322,3 +322,14 @@ def test_missing_step_runs_read_as_runs_in_the_text():
     for lacking, text in (("3-300000002", "lacks steps 3-300000002 (no ProfilerStep#3 "),
                           ("4", "lacks step 4 (no ProfilerStep#4 "), ("4, 7", "lacks steps 4, 7 (no ProfilerStep#4 ")):
         assert quality._row_notes({"rank": 0, "missing_steps": lacking})[0].startswith(text)
+
+
+def test_an_op_past_the_traces_horizon_is_dropped_from_the_op_tables_too(tmp_path):
+    # aten::add lasting 8e15 us: the events table drops it (dropped_events 1), and the op tables now leave it out
+    # too (it showed 8e15 us of host time). ProfilerStep#1 [0, 100] holds aten::mm [10, 60]: 50 us of its own.
+    s = _summary(tmp_path, {0: [step(1, 0, 100), step(2, 100, 100), cpu("aten::mm", 10, 50),
+                                cpu("aten::add", 20, 8_000_000_000_000_000)]},
+                 baseTimeNanoseconds=1_700_000_000_000_000_000)
+    assert s.data_quality["dropped_events"].tolist() == [1]
+    ops = s.ops.set_index("name")
+    assert "aten::add" not in ops.index and ops.loc["ProfilerStep#1", "host_self_us"] == 50.0

@@ -85,7 +85,7 @@ def finish_tables(collected: tuple[list, list, list], rank: int, base_ns: int):
     shapes = [p["shapes"] for p in parts if p["shapes"] is not None]
     facts = {"shapes_recorded": any(shapes) if shapes else None,
              "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]},
-             "ops": op_table(ops, rank, base_ns), "memory": memory_table(memory, rank, base_ns)}
+             "ops": op_table(ops, rank, base_ns, horizon), "memory": memory_table(memory, rank, base_ns)}
     return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns, facts
 
 

@@ -57,9 +57,10 @@ def memory_columns(instants: list) -> dict:
             "addr": _ids([None if a is None else a.addr for a in args])}
 
 
-def op_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
+def op_table(parts: list[dict], rank: int, base_ns: int, horizon: int | None = None) -> pd.DataFrame:
     """The ops table (``OP_COLUMNS``) of a rank's chunks. The chunks are consumed: each column's pieces are taken
-    out of ``parts`` as they are joined, so both copies of every column never exist at once."""
+    out of ``parts`` as they are joined, so both copies of every column never exist at once. ``horizon``: the
+    events table's (``columns.finish_tables``); an op whose end lies past it has no usable duration there either."""
     def joined(key):
         return categorical([p.pop(key) for p in parts])
 
@@ -68,8 +69,11 @@ def op_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
 
     ts = concatenated("ts", np.int64)
     ts = np.where(ts != -1, ts + base_ns, ts)  # -1: no time (``to_ns``); a time before the base is based too
+    dur = concatenated("dur", np.int64)
+    if horizon is not None:
+        dur[dur > horizon - ts] = -1  # as the events table drops it (dropped_events)
     columns = {"rank": np.full(len(ts), rank, dtype=np.int32), "name": joined("name"), "tid": joined("tid"),
-               "ts_ns": ts, "dur_ns": concatenated("dur", np.int64),
+               "ts_ns": ts, "dur_ns": dur,
                "external_id": concatenated("external_id", np.int64), "flops_arg": concatenated("flops_arg", np.float64),
                "input_dims": joined("input_dims"), "input_type": joined("input_type"),
                "concrete_inputs": joined("concrete_inputs"), "cpu_op": concatenated("cpu_op", bool)}
