@@ -105,10 +105,10 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
     only: a collective that runs on into the next step overlaps that step's compute; it does not delay it.
     """
     parts = []
+    none = np.iinfo(np.int64).min  # no device work in the step (not -1: times may be negative)
     for rank, group in steps.groupby("rank", sort=True):
         starts, numbers = group["start_ns"].to_numpy(), group["step"].to_numpy()
         mine = events_dev_all[events_dev_all["rank"] == rank]
-        none = np.iinfo(np.int64).min  # no device work in the step (not -1: times may be negative)
         work = mine.groupby("step")["end_ns"].max().reindex(numbers).fillna(none).to_numpy(dtype=np.int64)
         own_end = np.maximum(group["end_ns"].to_numpy(), work)
         next_start = np.append(starts[1:], [np.iinfo(np.int64).max])

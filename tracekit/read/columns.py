@@ -18,7 +18,7 @@ from tracekit.read.coded import categorical, factorized, to_ns
 from tracekit.read.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read.kineto import NO_ARGS, Args, decode_raw
-from tracekit.read.opcolumns import memory_columns, memory_table, op_columns, op_table
+from tracekit.read.opcolumns import at_least, memory_columns, memory_table, op_columns, op_table
 
 # record_shapes is one switch for every op: the first CPU ops of a trace show whether shapes were recorded.
 _SHAPE_PROBE_OPS = 1000
@@ -193,22 +193,14 @@ def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, s
         "collective": [a.collective for a in picked],  # from args only; None when the args do not say
         "pg": [_pg(a) for a in picked],
         "seq": _floats([a.seq for a in picked]),
-        "in_nelems": _sizes([a.in_nelems for a in picked]),
-        "out_nelems": _sizes([a.out_nelems for a in picked]),
+        "in_nelems": at_least(_floats([a.in_nelems for a in picked]), 0),
+        "out_nelems": at_least(_floats([a.out_nelems for a in picked]), 0),
         "dtype": [a.dtype for a in picked],
-        "group_size": _sizes([a.group_size for a in picked], least=1),
-        "input_nelems": _sizes([t[0] for t in tensors]),
+        "group_size": at_least(_floats([a.group_size for a in picked]), 1),
+        "input_nelems": at_least(_floats([t[0] for t in tensors]), 0),
         "input_type": [t[1] for t in tensors],
-        "second_nelems": _sizes([t[2] for t in tensors]),
+        "second_nelems": at_least(_floats([t[2] for t in tensors]), 0),
     })
-
-
-def _sizes(values: list, least: int = 0) -> np.ndarray:
-    """Counts (elements, ranks) as float64: a missing one, or one below ``least`` (a -1 some writers put for
-    "unknown"; a group of no rank), NaN."""
-    out = _floats(values)
-    out[out < least] = np.nan
-    return out
 
 
 def _pg(a: Args):

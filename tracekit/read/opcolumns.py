@@ -49,8 +49,8 @@ def memory_columns(instants: list) -> dict:
     """One chunk's ``[memory]`` events as arrays."""
     args = [e.args for e in instants]
     return {"ts": to_ns(_floats([e.ts for e in instants])), "tid": [str(e.tid) for e in instants],
-            "total_allocated": _totals([None if a is None else a.total_allocated for a in args]),
-            "total_reserved": _totals([None if a is None else a.total_reserved for a in args]),
+            "total_allocated": at_least(_floats([None if a is None else a.total_allocated for a in args]), 0),
+            "total_reserved": at_least(_floats([None if a is None else a.total_reserved for a in args]), 0),
             "bytes": _floats([None if a is None else a.nbytes for a in args]),
             "device_type": _ids([None if a is None else a.device_type for a in args]),
             "device_id": _ids([None if a is None else a.device_id for a in args]),
@@ -101,11 +101,12 @@ def _texts(args: list, field: str) -> tuple[np.ndarray, list]:
             [v.decode() if v else None for v in encoded.dictionary.to_pylist()])
 
 
-def _totals(values: list) -> np.ndarray:
-    """A device's total bytes: below 0 is no total (NaN), unlike ``Bytes``, which is negative for a free."""
-    out = _floats(values)
-    out[out < 0] = np.nan
-    return out
+def at_least(values: np.ndarray, least: float) -> np.ndarray:
+    """``values`` (float64) with those below ``least`` unknown (NaN), in place: what no run can have (a total of
+    bytes below 0, unlike ``Bytes``, negative for a free; a -1 some writers put for an unknown count; a group of no
+    rank)."""
+    values[values < least] = np.nan
+    return values
 
 
 def _floats(values: list) -> np.ndarray:
