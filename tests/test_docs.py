@@ -56,7 +56,7 @@ def test_readme_main_job_installs_only_what_it_needs_and_ends_with_the_viewer_co
     out = re.search(r"--out (\S+)", main_job).group(1)
     # Its last step prints exactly the command that opens the viewer on the run it made.
     assert main_job.endswith(f'&& echo ".venv/bin/streamlit run app/main.py -- {out}"')
-    assert f"streamlit run app/main.py -- {out}" in readme.split("## Viewer")[1]
+    assert f"streamlit run app/main.py -- {out}" in (ROOT / "docs" / "viewer.md").read_text()
 
 
 def test_step_times_is_the_rank_by_step_table(tmp_path):
@@ -118,13 +118,13 @@ def test_schema_names_every_events_column():
 
 
 def test_readme_layout_tree_matches_the_folders():
-    """The README's layout tree names every stage folder with its number (from its ``__init__`` docstring) in
+    """The contributing page's layout tree names every stage folder with its number (from its ``__init__`` docstring) in
     data-flow order, and every module at the package's root."""
     from test_layers import FRONT_DOOR, stages
 
     block = re.search(r"<!-- layout -->\s*```text\ntracekit/\n(.*?)```\s*<!-- /layout -->",
-                      (ROOT / "README.md").read_text(), re.S)
-    assert block, "README.md has no <!-- layout --> tree"
+                      (ROOT / "docs" / "contributing.md").read_text(), re.S)
+    assert block, "docs/contributing.md has no <!-- layout --> tree"
     lines = block.group(1).splitlines()
     folders = [(m.group(1), int(m.group(2))) for line in lines if (m := re.match(r"\s+(\w+)/\s+(\d+)\s+\S", line))]
     stage_of = stages(ROOT / "tracekit")
@@ -137,11 +137,11 @@ def test_readme_layout_tree_matches_the_folders():
 
 
 def test_every_tracekit_command_in_the_readme_exists_with_its_flags():
-    """Each ``tracekit ...`` line of the README's shell blocks parses: its subcommand and every flag it passes exist
+    """Each ``tracekit ...`` line of the README's and the docs' shell blocks parses: its subcommand and every flag it passes exist
     (argparse would exit 2 on any other), so a pasted command never fails on its spelling."""
     from tracekit.cli.main import build_parser
 
-    readme = (ROOT / "README.md").read_text()
+    readme = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     lines = [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", readme, re.S)
              for line in block.splitlines()]
     commands = [line.split()[1:] for line in lines if line.startswith(("tracekit ", ".venv/bin/tracekit "))]
@@ -151,3 +151,15 @@ def test_every_tracekit_command_in_the_readme_exists_with_its_flags():
             build_parser().parse_args([a for a in argv if a != "\\"])
         except SystemExit as exit_:
             assert exit_.code == 0, f"README command does not parse: tracekit {' '.join(argv)}"
+
+
+def test_readme_fits_two_screens_and_its_links_resolve():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150 and len(readme.encode()) <= 12_000
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(links) >= 10
+    for link in links:
+        if not link.startswith(("http://", "https://")):
+            assert (ROOT / link).exists(), link
+    # No measurement diary and no history: the project's text speaks of the project.
+    assert not re.search(r"(?i)\bsession\b|measured again|before the fix", readme)

@@ -41,7 +41,7 @@ from tracekit.summary.model import Summary
 
 def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern: str | None = None,
               workers: int | None = None,
-              engine: str = "local", client=None, cache: bool = True, cache_dir: str | Path | None = None,
+              engine: str = "local", client: object | None = None, cache: bool = True, cache_dir: str | Path | None = None,
               progress: Callable[[int, int], None] | None = None, strict: bool = False) -> Summary:
     """Summarize one run: a folder of per-rank traces (``*.json``/``*.json.gz``) or one trace file.
 
