@@ -21,7 +21,7 @@ def _good_ranks(folder: Path) -> None:
 
 def _empty(folder):
     (folder / "empty.json").write_bytes(b"")
-    return "empty.json", tracekit.NotJSONError, "not valid JSON", None
+    return "empty.json", tracekit.EmptyTraceError, "empty file", None
 
 
 def _notes(folder):
@@ -115,3 +115,17 @@ def test_a_bad_file_given_alone_stays_an_error(tmp_path, make):
     with pytest.raises(error, match=reason) as info:
         tracekit.summarize(tmp_path / name, cache=False)
     assert Path(info.value.path).name == name
+
+
+def test_a_whitespace_only_file_is_empty_not_truncated(tmp_path):
+    (tmp_path / "rank0.json").write_bytes(b"  \n")
+    with pytest.raises(tracekit.EmptyTraceError, match="empty file"):
+        tracekit.summarize(tmp_path / "rank0.json", cache=False)
+
+
+def test_a_folder_of_runs_lists_them(tmp_path):
+    for name in ("run-b", "run-a"):
+        write_trace(tmp_path / name / "rank0.json", [step(1, 0, 100), kernel("gemm", 10, 50)], rank=0)
+    (tmp_path / "notes").mkdir()  # a folder without traces is not a run
+    with pytest.raises(tracekit.NoTracesError, match=r"holds runs, not traces: run-a, run-b \(summarize one"):
+        tracekit.summarize(tmp_path, cache=False)

@@ -138,7 +138,7 @@ def _add_cache(commands) -> None:
     cmd = commands.add_parser("cache", help="show or empty the per-rank result cache",
                               description="The cache keeps each rank's result between runs, in its own folder "
                                           "(never beside the traces), at most "
-                                          f"{tracekit_cache.DEFAULT_MAX_BYTES / 1e9:.1f} GB: after each run the "
+                                          f"{tracekit_cache.DEFAULT_MAX_BYTES / 2**30:g} GiB: after each run the "
                                           "least recently used entries are removed.")
     actions = cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (("info", "print the cache folder, its entries and their size"),
@@ -152,7 +152,8 @@ def _add_cache(commands) -> None:
 def _cache_info(args) -> int:
     found = tracekit_cache.info(args.cache_dir)
     print(f"cache folder: {found.folder}\nentries: {found.entries}\nsize: {found.bytes / 1e6:,.1f} MB of at most "
-          f"{tracekit_cache.DEFAULT_MAX_BYTES / 1e6:,.0f} MB (least recently used entries go first)")
+          f"{tracekit_cache.DEFAULT_MAX_BYTES / 2**30:g} GiB ({tracekit_cache.DEFAULT_MAX_BYTES / 1e6:,.0f} MB; least "
+          "recently used entries go first)")
     return 0
 
 

@@ -35,6 +35,11 @@ def find_trace_files(path: str | Path) -> list[Path | str]:
         raise NoTracesError(f"{path}: no such file or folder")
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     if not files:
+        runs = sorted(p.name for p in path.iterdir() if p.is_dir() and any(
+            q.is_file() and q.name.endswith(TRACE_SUFFIXES) for q in p.iterdir()))
+        if runs:
+            raise NoTracesError(f"{path}: this folder holds runs, not traces: {', '.join(runs)} "
+                                f"(summarize one of them, e.g. {path / runs[0]})")
         raise NoTracesError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
     return files
 

@@ -128,6 +128,8 @@ def read_tables(path: str | Path, default_rank: int | None = None,
 
 def _read_whole(path, data: bytes, default_rank, host_ops) -> RankTables:
     """``read_tables`` of a whole document: the fast decoders, and what they refuse by the general one."""
+    if len(data) < 64 and not bytes(data).strip():  # a JSON parser would call it truncated, hiding the cause
+        raise EmptyTraceError(path, "empty file (no JSON in it)")
     try:
         return _read(path, data, default_rank, host_ops, fast=True)
     except _Refused:
