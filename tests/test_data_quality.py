@@ -79,7 +79,7 @@ def test_every_fact_is_counted_and_noted(tmp_path):
         "rank 3: rank taken from the file name (the trace has no distributedInfo.rank)",
         "rank 3: record_shapes was off: sizes that only Input Dims give are unknown, and so are FLOPs and MFU",
         "rank 3: no [memory] events (profile_memory was off): the memory tables are empty",
-        "rank 3: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are unknown",
+        "rank 3: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are n/a (no peak to measure against)",
     ]
     text = str(s)
     assert "Data quality" in text and all(note in text for note in quality.notes(s.data_quality))
@@ -103,7 +103,7 @@ def test_shapes_unknown_without_cpu_ops_and_one_file_rank(tmp_path):
         "rank 0: no CPU ops recorded (no cpu_op events; annotations such as ProfilerStep are not ops): the "
         "operators' FLOPs cannot be counted, so FLOPs and MFU are unknown",
         "rank 0: no [memory] events (profile_memory was off): the memory tables are empty",
-        "rank 0: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are unknown"]
+        "rank 0: device not in tracekit's datasheet table (unnamed): roofline, pct_of_roofline and MFU are n/a (no peak to measure against)"]
 
 
 def test_a_rank_outside_its_world_size_is_flagged_and_kept(tmp_path):

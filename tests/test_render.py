@@ -97,3 +97,17 @@ def test_the_cli_json_takes_tables(capsys):
     assert json.loads(capsys.readouterr().out)["graph"]
     assert main(["summarize", run, "--json", "--tables", "nope"]) == 2
     assert "no such table: nope" in capsys.readouterr().err
+
+
+def test_mfu_is_na_without_a_known_peak_and_a_number_with_one():
+    """One meaning everywhere: n/a on a device with no known peak (a CPU among them), a number where the peak is known."""
+    from tracekit.fmt import mfu
+
+    assert mfu(float("nan"), "") == "n/a"  # a CPU-only rank
+    assert mfu(float("nan"), "unknown: AMD Radeon Graphics") == "n/a"
+    assert mfu(float("nan"), "NVIDIA A100 SXM4 80GB") == "unknown"  # the peak is known, the FLOPs are not
+    assert mfu(41.26, "NVIDIA A100 SXM4 80GB") == "41.3"
+    text = str(tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False))
+    mfu_block = text.split("Matmul FLOPs and MFU per rank")[1].split("\n\n")[0]
+    rows = [line.split() for line in mfu_block.splitlines()[2:]]
+    assert len(rows) == 2 and all(row[-1] == "n/a" for row in rows)

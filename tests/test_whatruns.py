@@ -105,7 +105,7 @@ def test_unknown_device_or_shapes_is_nan_with_a_note(tmp_path):
     assert math.isnan(s.steps.loc[0, "matmul_flops"]) and math.isnan(s.ranks.loc[0, "mfu_pct"])
     assert math.isnan(s.ops.set_index("name").loc["aten::mm", "roofline_us"])
     text = str(s)
-    assert "Mystery GPU 9000" in text and "MFU are unknown" in text
+    assert "Mystery GPU 9000" in text and "MFU are n/a" in text
     assert "profile_memory was off" in text
 
 

@@ -49,6 +49,19 @@ def pct(value, unit: bool = False) -> str:
     return NOT_APPLICABLE if is_unknown(value) else f"{value:.1f}" + (" %" if unit else "")
 
 
+def mfu(value, device_peaks: str | None) -> str:
+    """MFU in % (one decimal): ``n/a`` where the device has no known peak (a CPU-only rank, ``device_peaks`` '', or a
+    device outside tracekit's datasheet table, ``'unknown: <name>'``), ``unknown`` where the peak is known but the
+    FLOPs are not.
+
+    >>> mfu(41.26, "NVIDIA A100-SXM4-80GB"), mfu(float("nan"), ""), mfu(float("nan"), "unknown: Radeon")
+    ('41.3', 'n/a', 'n/a')
+    """
+    if not device_peaks or str(device_peaks).startswith("unknown"):
+        return NOT_APPLICABLE
+    return num(value, 1)
+
+
 def rate(samples_per_s) -> str:
     """Throughput in samples per second, one decimal (the unit is in the label)."""
     return num(samples_per_s, 1)

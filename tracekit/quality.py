@@ -168,9 +168,9 @@ def _row_notes(row: dict) -> list[str]:
         out.append("no [memory] events (profile_memory was off): the memory tables are empty")
     if str(row.get("device_peaks") or "").startswith("unknown"):
         out.append(f"device not in tracekit's datasheet table ({row['device_peaks'].removeprefix('unknown: ')}): "
-                   "roofline, pct_of_roofline and MFU are unknown")
+                   "roofline, pct_of_roofline and MFU are n/a (no peak to measure against)")
     elif row.get("device_peaks") == "":
-        out.append("a CPU-only rank: no device peaks, so roofline and MFU are unknown; rates use host time")
+        out.append("a CPU-only rank: no device peaks, so roofline and MFU are n/a; rates use host time")
     return out
 
 

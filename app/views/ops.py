@@ -25,13 +25,16 @@ def rank_value(column: str) -> float:
 
 
 flops, mfu = rank_value("matmul_flops_per_step"), rank_value("mfu_pct")
-cards = st.columns(3)
-cards[0].metric("Device", peaks.name if peaks is not None else "unknown" if device else "CPU only", border=True,
-                help="the datasheet entry (tracekit.devices) the device matched" if peaks is not None else why)
-cards[1].metric("Matmul GFLOP per step", fmt_num.UNKNOWN if math.isnan(flops) else f"{flops / 1e9:,.4g}", border=True,
+# The device's name in full on a line of its own: a metric card cuts a long name ("NVIDIA A100 SX...").
+st.markdown(f"**Device:** {peaks.name if peaks is not None else 'unknown' if device else 'CPU only'}",
+            help="the datasheet entry (tracekit.devices) the device matched" if peaks is not None else why)
+cards = st.columns(2)
+cards[0].metric("Matmul GFLOP per step", fmt_num.UNKNOWN if math.isnan(flops) else f"{flops / 1e9:,.4g}", border=True,
                 help="counted matmul-class FLOPs from the recorded shapes, mean over the window's steps")
-cards[2].metric("MFU", fmt_num.UNKNOWN if device and math.isnan(mfu) else fmt.pct(mfu), border=True,
-                help="the time those FLOPs take at the device's dense peak, over the step time (n/a on the CPU)")
+cards[1].metric("MFU", fmt.pct(mfu) if peaks is not None and not math.isnan(mfu)
+                else fmt_num.mfu(mfu, peaks.name if peaks is not None else ""), border=True,
+                help="the time those FLOPs take at the device's dense peak, over the step time (n/a where the device "
+                     "has no known peak, the CPU among them)")
 st.caption(f"Rank {rank} (pick another in the sidebar). Times are "
            + ("device times." if device else "host times: this rank ran on the CPU only.")
            + " Click a column header to sort; 'unknown' where the trace does not give a number.")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tracekit.fmt import is_unknown, mb, ms, num, pct
+from tracekit.fmt import is_unknown, mb, mfu, ms, num, pct
 
 if TYPE_CHECKING:  # read only
     from tracekit.summary.model import Summary
@@ -28,7 +28,7 @@ def what_ran_lines(summary: Summary) -> list[str]:
                   _ops(summary.ops), ""]
     if "mfu_pct" in summary.ranks and summary.ranks["matmul_flops_per_step"].notna().any():
         lines += ["Matmul FLOPs and MFU per rank (window steps; MFU against the device's dense datasheet peak)",
-                  _mfu(summary.ranks, summary.steps), ""]
+                  _mfu(summary.ranks, summary.steps, summary.data_quality), ""]
     if len(summary.memory):
         lines += ["Memory per rank and device (profile_memory), MB", _memory(summary.memory), ""]
     return lines
@@ -68,7 +68,7 @@ def _ops(ops: pd.DataFrame) -> str:
     return _indent(shown.to_string(index=False))
 
 
-def _mfu(ranks: pd.DataFrame, steps: pd.DataFrame) -> str:
+def _mfu(ranks: pd.DataFrame, steps: pd.DataFrame, quality: pd.DataFrame) -> str:
     # Achieved FLOP/s over the steps' time on the device's clock, as MFU is: the window's mean device step.
     window = steps[steps["in_window"].astype(bool)] if len(steps) and "device_step_us" in steps else steps.iloc[:0]
     device_us = window.groupby("rank")["device_step_us"].mean().reindex(ranks["rank"]).to_numpy() if len(window) else (
@@ -77,8 +77,15 @@ def _mfu(ranks: pd.DataFrame, steps: pd.DataFrame) -> str:
                           "GFLOP/step": [num(f / 1e9, 2) for f in ranks["matmul_flops_per_step"]],
                           "TFLOPS/s": [num(f / s / 1e6, 2) if not (is_unknown(f) or is_unknown(s) or s <= 0) else "unknown"
                                        for f, s in zip(ranks["matmul_flops_per_step"], device_us)],
-                          "MFU %": [num(m, 1) for m in ranks["mfu_pct"]]})
+                          "MFU %": [mfu(m, p) for m, p in zip(ranks["mfu_pct"], _peaks(ranks, quality))]})
     return _indent(shown.to_string(index=False))
+
+
+def _peaks(ranks: pd.DataFrame, quality: pd.DataFrame) -> list:
+    """Each rank's ``device_peaks`` entry (None where the data quality has no row for it: an unknown peak)."""
+    if "device_peaks" not in quality:
+        return [None] * len(ranks)
+    return list(quality.set_index("rank")["device_peaks"].reindex(ranks["rank"]).to_numpy())
 
 
 def _memory(memory: pd.DataFrame) -> str:
