@@ -113,3 +113,21 @@ def test_the_slowest_rank_card_is_the_slowest_rank():
             in html)
     assert '<div class="label">most often last to collectives</div><div class="value">rank 1 (step time' in html
     assert "a rank&#x27;s step: from the start of one ProfilerStep to the next)" in html
+
+
+def test_one_rank_read_names_no_slowest_rank_and_says_why_waits_are_unknown():
+    """One rank of a two-rank run: no 'slowest rank' or 'most often last' card (there is no other rank), and the
+    wait/transfer chart says why it is empty instead of drawing empty axes."""
+    from tracekit.render import charts
+
+    s = tracekit.summarize(REPO / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
+    one = dataclasses.replace(s, ranks=s.ranks.iloc[:1])
+    head = charts.headline(one)
+    assert head["worst_rank"] is None and head["slowest_rank"] is None
+    assert charts.headline(s)["slowest_rank"] is not None  # two ranks: named
+    html = html_report(one)
+    assert "slowest rank (mean step time)" not in html and "most often last" not in html
+    no_waits = one.ranks.assign(comm_wait_us=float("nan"), comm_transfer_us=float("nan"))
+    fig = charts.wait_vs_transfer(dataclasses.replace(one, ranks=no_waits))
+    assert [a.text for a in fig.layout.annotations] == [
+        "unknown: waiting and transfer need each collective matched on two or more ranks (one rank read)"]

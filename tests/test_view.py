@@ -22,9 +22,10 @@ RUN = ROOT / "sample_traces" / "resnet-gloo-2rank"
 def test_the_command_is_streamlit_run_on_the_apps_main_with_the_run():
     pytest.importorskip("streamlit")
     argv = view.command(str(RUN), port=8600)
-    assert argv == [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port=8600",
-                    "--", str(RUN)]
-    assert view.command(None)[-1] == str(ROOT / "app" / "main.py")
+    assert argv == [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
+                    "--browser.gatherUsageStats=false", "--server.address=localhost", "--server.port=8600", "--", str(RUN)]
+    assert "--server.address=0.0.0.0" in view.command(str(RUN), address="0.0.0.0")
+    assert view.command(None)[4] == str(ROOT / "app" / "main.py") and "--" not in view.command(None)
 
 
 def test_a_missing_run_is_one_line_and_status_2(tmp_path, capsys):

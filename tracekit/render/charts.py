@@ -62,8 +62,10 @@ def headline(summary) -> dict:
         worst = int(stepped.loc[stepped["step_time_us"].idxmax(), "rank"])
     else:
         worst = None
-    worst_row = r[r["rank"] == worst]
     timed = stepped[stepped["step_time_us"].notna()]
+    if len(r) < 2:  # one rank read: no rank to be slower than, or to wait for
+        worst, timed = None, timed.iloc[:0]
+    worst_row = r[r["rank"] == worst]
     slowest = timed.loc[timed["step_time_us"].idxmax()] if len(timed) else None
     return {
         "slowest_rank": None if slowest is None else int(slowest["rank"]),
@@ -193,6 +195,9 @@ def wait_vs_transfer(summary) -> go.Figure:
                     marker_color=COLORS[part], hovertemplate=f"{part}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
     fig.update_layout(barmode="stack", title=title("Collectives: waiting for the last rank vs transferring"),
                       yaxis_title="ms", **_LAYOUT)
+    if table[["wait", "transfer"]].isna().all().all():
+        _note(fig, "unknown: waiting and transfer need each collective matched on two or more ranks"
+                   + (" (one rank read)" if len(table) < 2 else ""))
     return fig
 
 
