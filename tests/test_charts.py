@@ -54,8 +54,8 @@ def bar_totals(fig) -> dict[str, list[float]]:
 
 def test_rank_segments_add_up_to_the_span():
     seg = charts.rank_segments(tiny_summary())
-    assert seg.loc[0, ["compute", "overlapped comm", "exposed comm", "memory"]].tolist() == [400, 200, 100, 50]
-    assert seg.loc[1, ["compute", "overlapped comm", "exposed comm", "memory"]].tolist() == [300, 100, 400, 0]
+    assert seg.loc[0, ["compute only", "overlapped comm", "exposed comm", "memory"]].tolist() == [400, 200, 100, 50]
+    assert seg.loc[1, ["compute only", "overlapped comm", "exposed comm", "memory"]].tolist() == [300, 100, 400, 0]
     assert seg.drop(columns="rank").sum(axis=1).tolist() == [1000, 1000]
 
 
@@ -118,7 +118,7 @@ def test_headline_numbers_by_hand():
 
 def test_compare_bars_stack_the_parts_of_each_step_and_count_idle_once():
     """a: idle 4 ms, by cause 3 (sync) + 1 (data); b: idle 3 ms whose causes are unknown: one idle part."""
-    rows = {"step_time_ms": (10.0, 20.0), "throughput_samples_per_s": (100.0, 50.0), "compute_ms": (5.0, 15.0),
+    rows = {"step_time_ms": (10.0, 20.0), "throughput_samples_per_s": (100.0, 50.0), "compute_only_ms": (5.0, 15.0),
             "overlapped_comm_ms": (0.5, 1.0), "exposed_comm_ms": (0.5, 1.0), "memory_ms": (0.0, 0.0),
             "idle_ms": (4.0, 3.0), "idle_sync_ms": (3.0, float("nan")), "idle_data_ms": (1.0, float("nan")),
             "idle_comm_wait_ms": (0.0, float("nan")), "idle_host_ms": (0.0, float("nan")),
@@ -127,7 +127,7 @@ def test_compare_bars_stack_the_parts_of_each_step_and_count_idle_once():
     fig = charts.compare_bars(table, "fp32", "amp")
     assert fig.layout.barmode == "stack" and all(list(t.x) == ["fp32", "amp"] for t in fig.data)
     heights = {t.name: [None if pd.isna(v) else v for v in t.y] for t in fig.data}
-    assert list(heights)[:4] == ["compute", "overlapped comm", "exposed comm", "memory"]
+    assert list(heights)[:4] == ["compute only", "overlapped comm", "exposed comm", "memory"]
     assert heights["idle: sync"] == [3.0, None] and heights["idle"] == [None, 3.0]  # idle counted once per run
     assert "idle: comm_wait" in heights and all(name in charts.COLORS for name in heights)
     for i in (0, 1):  # each bar is its step time

@@ -12,6 +12,8 @@ import tracekit
 from tracedata import kernel, memcpy, step, write_trace
 from tracekit.render.compare import IDLE_CAUSES, PARTS
 
+ROOT = Path(__file__).resolve().parents[1]
+
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 AR = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "dtype": "Float",
       "Group size": 2, "Process Group Name": "0"}
@@ -40,7 +42,7 @@ def test_per_step_parts_are_computed_by_hand_and_add_up_to_the_step_time(runs):
     table = tracekit.compare(*runs).table.set_index("metric")
     # a: compute not overlapped 400 - 100, overlapped 100, exposed 200, and the rest (400) shared between
     # memory-only (window totals 200 of 800) and idle; b: compute 400, no comm, memory 100, idle 500.
-    expected = {"step_time_ms": (1.0, 1.0), "compute_ms": (0.3, 0.4), "overlapped_comm_ms": (0.1, 0.0),
+    expected = {"step_time_ms": (1.0, 1.0), "compute_only_ms": (0.3, 0.4), "overlapped_comm_ms": (0.1, 0.0),
                 "exposed_comm_ms": (0.2, 0.0), "memory_ms": (0.1, 0.1), "idle_ms": (0.3, 0.5)}
     for metric, (a, b) in expected.items():
         assert table.loc[metric, ["a", "b"]].tolist() == pytest.approx([a, b]), metric
@@ -76,3 +78,27 @@ def test_a_collective_one_run_never_calls_is_zero_there(runs):
     reverse = tracekit.compare(runs[1], runs[0]).table.set_index("metric")
     assert reverse.loc["all_reduce_calls_per_step", ["a", "b"]].tolist() == [0.0, 1.0]
     assert math.isnan(reverse.loc["all_reduce_calls_per_step", "ratio"])  # b / 0
+
+
+def test_rows_name_their_source_and_a_disagreement_in_direction_is_flagged():
+    """Step time comes from the traces' profiled steps, throughput from run.json's un-profiled ones. With the same
+    samples per step, a 1.22x slower profiled step implies 1/1.22 = 0.82x the throughput; run.json saying 1.18x
+    disagrees in direction and gets a note. 0.85x would agree and gets none."""
+    import dataclasses
+    from tracekit.render.compare import THROUGHPUT_SOURCE, TRACE_SOURCE, compare as compare_summaries
+    from tracekit.summary.facts import WorkloadRun
+
+    base = tracekit.summarize(ROOT / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
+    slower = dataclasses.replace(base, ranks=base.ranks, steps=base.steps.assign(step_us=base.steps["step_us"] * 1.22))
+
+    def with_rate(s, rate):
+        return dataclasses.replace(s, run=dataclasses.replace(
+            s.run, workload=WorkloadRun(samples_per_step=16, throughput_samples_per_s={"unprofiled": rate})))
+
+    c = compare_summaries(with_rate(base, 100.0), with_rate(slower, 118.0))
+    source = c.table.set_index("metric")["source"]
+    assert source["throughput_samples_per_s"] == THROUGHPUT_SOURCE and source["step_time_ms"] == TRACE_SOURCE
+    assert set(source.drop("throughput_samples_per_s")) == {TRACE_SOURCE}
+    assert len(c.notes) == 1 and "implies 0.82x the throughput" in c.notes[0] and "1.18x" in c.notes[0]
+    assert "note: the profiled step time (1.22x)" in str(c)
+    assert compare_summaries(with_rate(base, 100.0), with_rate(slower, 85.0)).notes == ()

@@ -25,19 +25,20 @@ def comparison(tmp_path_factory):
 def test_step_time_and_its_parts_per_step(comparison):
     t = comparison.table.set_index("metric")
     assert t.loc["step_time_ms", ["a", "b", "ratio"]].tolist() == pytest.approx([1.0, 2.0, 2.0])
-    assert t.loc["compute_ms", ["a", "b", "ratio"]].tolist() == pytest.approx([0.5, 0.5, 1.0])
+    assert t.loc["compute_only_ms", ["a", "b", "ratio"]].tolist() == pytest.approx([0.5, 0.5, 1.0])
     # The rest of each step is idle: 1000 - 500 and 2000 - 500 us.
     assert t.loc["idle_ms", ["a", "b"]].tolist() == pytest.approx([0.5, 1.5])
     assert t.loc["exposed_comm_ms", ["a", "b"]].tolist() == [0.0, 0.0]
-    assert (t.loc["step_time_ms", "unit"], t.loc["compute_ms", "unit"]) == ("ms/step", "ms/step")
+    assert (t.loc["step_time_ms", "unit"], t.loc["compute_only_ms", "unit"]) == ("ms/step", "ms/step")
 
 
 def test_text_shows_ms_and_the_ratio(comparison):
     row = next(line for line in str(comparison).splitlines() if line.split()[:1] == ["step_time_ms"])
-    assert row.split()[1:] == ["ms/step", "1.000", "2.000", "2.00x"]
+    assert row.split()[1:] == ["ms/step", "1.000", "2.000", "2.00x", "trace"]
 
 
 def test_json_of_a_comparison(comparison):
     rows = {m["metric"]: m for m in json.loads(json.dumps(comparison.to_dict()))["metrics"]}
     assert rows["step_time_ms"]["a"] == pytest.approx(1.0) and rows["step_time_ms"]["ratio"] == pytest.approx(2.0)
     assert rows["throughput_samples_per_s"]["a"] is None  # no run.json: unknown, not 0
+    assert rows["throughput_samples_per_s"]["source"] == "run.json" and rows["step_time_ms"]["source"] == "trace"

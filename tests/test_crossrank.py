@@ -304,7 +304,7 @@ def test_compare_does_not_depend_on_the_number_of_steps(tmp_path):
         write_trace(tmp_path / folder / "rank0.json", ev, rank=0)
         return tracekit.summarize(tmp_path / folder)
     table = tracekit.compare(run(4, "a"), run(7, "b")).table.set_index("metric")
-    for metric in ("step_time_ms", "compute_ms", "idle_ms", "idle_other_ms"):
+    for metric in ("step_time_ms", "compute_only_ms", "idle_ms", "idle_other_ms"):
         assert table.loc[metric, "ratio"] == pytest.approx(1.0, abs=0.03), metric
 
 

@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 from tracekit.events.causes import CAUSES as IDLE_CAUSES  # the one order of the idle causes
 
 COLORS = {
-    "compute": "#4C78A8", "overlapped comm": "#72B7B2", "exposed comm": "#E45756", "memory": "#F58518",
+    "compute only": "#4C78A8", "overlapped comm": "#72B7B2", "exposed comm": "#E45756", "memory": "#F58518",
     "idle": "#BAB0AC", "idle: host": "#B279A2", "idle: sync": "#FF9DA6", "idle: data": "#9D755D",
     "idle: comm_wait": "#EECA3B", "idle: other": "#BAB0AC", "wait": "#EECA3B", "transfer": "#E45756",
 }
@@ -94,7 +94,7 @@ def rank_segments(summary) -> pd.DataFrame:
     r = summary.ranks
     out = pd.DataFrame({
         "rank": r["rank"].to_numpy(),
-        "compute": (r["compute_us"] - r["overlap_us"]).to_numpy(),
+        "compute only": (r["compute_us"] - r["overlap_us"]).to_numpy(),
         "overlapped comm": r["overlap_us"].to_numpy(),
         "exposed comm": r["exposed_comm_us"].to_numpy(),
         "memory": (r["busy_us"] - r["compute_us"] - r["exposed_comm_us"]).clip(lower=0).to_numpy(),
@@ -250,7 +250,7 @@ def compare_bars(table: pd.DataFrame, a_label: str = "a", b_label: str = "b") ->
     causes = [f"idle_{c}_ms" for c in IDLE_CAUSES]
     shown = {}
     for col in ("a", "b"):
-        parts = value[col].reindex(["compute_ms", "overlapped_comm_ms", "exposed_comm_ms", "memory_ms"])
+        parts = value[col].reindex(["compute_only_ms", "overlapped_comm_ms", "exposed_comm_ms", "memory_ms"])
         split = value[col].reindex(causes)
         idle = value[col].get("idle_ms", float("nan"))
         by_cause = split.notna().all() and abs(split.sum() - idle) <= 1e-6 * max(abs(idle), 1.0)
@@ -259,7 +259,7 @@ def compare_bars(table: pd.DataFrame, a_label: str = "a", b_label: str = "b") ->
     names = list(dict.fromkeys([*shown["a"].index, *shown["b"].index]))
     for name in names:
         part = name.removesuffix("_ms")
-        label = f"idle: {part.removeprefix('idle_')}" if part.startswith("idle_") else part.replace("_comm", " comm")
+        label = f"idle: {part.removeprefix('idle_')}" if part.startswith("idle_") else part.replace("_", " ")
         y = [shown[col].get(name, float("nan")) for col in ("a", "b")]
         fig.add_bar(name=label, x=[a_label, b_label], y=y, marker_color=COLORS.get(label),
                     hovertemplate=f"{label}: %{{y:,.2f}} ms<extra>%{{x}}</extra>")
