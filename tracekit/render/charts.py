@@ -7,7 +7,7 @@ as ``tracekit.schema`` lists them. Times are drawn in ms, sizes in MB, bandwidth
 >>> import tracekit
 >>> s = tracekit.summarize("sample_traces/resnet-gloo-2rank")
 >>> [bar.name for bar in rank_breakdown(s).data][:3]
-['compute', 'overlapped comm', 'exposed comm']
+['compute only', 'overlapped comm', 'exposed comm']
 >>> rank_breakdown(s).show()  # doctest: +SKIP
 """
 
