@@ -24,7 +24,7 @@ import pandas as pd
 from tracekit import devices
 
 TF32_KERNEL = re.compile(r"tf32|xf32|tensorop_s1688gemm", re.IGNORECASE)
-HOST_COPY = re.compile(r"^Memcpy (HtoD|DtoH)|Host ?-> ?Device|Device ?-> ?Host|Pinned|Pageable", re.IGNORECASE)
+HOST_COPY = re.compile(r"^Memcpy (?:HtoD|DtoH)|Host ?-> ?Device|Device ?-> ?Host|Pinned|Pageable", re.IGNORECASE)
 
 
 def launch_flags(names: pd.Series, row: np.ndarray, n_ops: int) -> tuple[np.ndarray, np.ndarray]:
@@ -36,7 +36,7 @@ def launch_flags(names: pd.Series, row: np.ndarray, n_ops: int) -> tuple[np.ndar
     known = (row >= 0) & (codes >= 0)
     out = []
     for pattern in (TF32_KERNEL, HOST_COPY):
-        hit = np.append(cats.str.contains(pattern).to_numpy(dtype=bool), False)[codes]
+        hit = np.append(np.asarray(cats.str.contains(pattern), dtype=bool), False)[codes]
         counts = np.zeros(n_ops)
         np.add.at(counts, row[known & hit], 1.0)
         out.append(counts)

@@ -96,11 +96,11 @@ def _reduced(groups: Groups, column: str, values: np.ndarray) -> dict[str, np.nd
     if column == "kind":
         return {"kind": groups.first(values)}
     if column in ("dtype", "math"):  # one dtype: the first call's (missing included); calls of several: "mixed"
-        return {"dtype": np.where(groups.at_most_one_value(values), groups.first(values, skipna=False), "mixed")}
+        return {column: np.where(groups.at_most_one_value(values), groups.first(values, skipna=False), "mixed")}
     if column not in _SUMMED:
         return {}
     out = {column: groups.sum(values, min_count=1)}
-    if column in ("flops", "bytes", "host_link_bytes"):  # a sum of FLOPs or bytes over calls is known only when every call's is
+    if column in ("flops", "bytes", "host_link_bytes"):  # a sum over calls is known only when every call's is
         out[column] = np.where(groups.all(np.isfinite(values)), out[column], np.nan)
     return out
 
