@@ -70,7 +70,8 @@ MEMORY_COLUMNS = {
     "step": "ProfilerStep number; -1 for a trace without steps (the whole trace)",
     "peak_allocated_bytes": "largest Total Allocated in the step (or at its start)",
     "peak_reserved_bytes": "largest Total Reserved in the step (or at its start)",
-    "start_allocated_bytes": "Total Allocated as the step began (the last event before it; NaN when none)",
+    "start_allocated_bytes": "Total Allocated as the step began: the last event before it, else its first event's "
+                             "less that event's Bytes (NaN when unknown)",
     "end_allocated_bytes": "Total Allocated as the step ended",
     "growth_bytes": "end_allocated_bytes - start_allocated_bytes",
     "device_memory_bytes": "the device's memory from deviceProperties totalGlobalMem (NaN when unknown)",
