@@ -36,15 +36,20 @@ _OP_SHARED = {
     "device_us": "device events it and its descendants launched (NaN on CPU-only ranks)",
     "flops": "FLOPs from the recorded shapes, summed over calls (NaN when not modelled or a call's shapes unknown)",
     "bytes": "bytes its tensors move (each input read and the output written once), summed over calls",
+    "host_link_bytes": "the part of bytes that crossed the host link (host <-> device copies: one buffer each)",
     "counted_flops": "FLOPs of its calls that are the innermost matmul-class op of their call tree: what MFU adds up",
     "window_counted_flops": "counted_flops of the calls inside the window's steps",
     "flops_arg": "the profiler's own FLOPs estimate (with_flops=True), summed; NaN without it",
     "kind": "matmul / conv / attention / elementwise / norm, or missing when not modelled",
     "dtype": "the dtype it ran in, from its recorded Input type ('mixed' when calls differ)",
+    "math": "the peak it is judged at: its dtype's key, 'tf32' where fp32 calls ran TF32 kernels ('mixed': unknown)",
     "achieved_tflops": "flops / its device time (host time on CPU-only ranks), TFLOPS/s",
     "achieved_gbps": "bytes / the same time, GB/s",
-    "roofline_us": "max(flops / peak at its dtype, bytes / memory bandwidth): its time at the device's roofs",
-    "pct_of_roofline": "roofline_us / measured time x 100",
+    "roofline_us": "max(flops / peak at its math, bytes / memory bandwidth or, for host_link_bytes, the host link): its "
+                   "time at the device's roofs; NaN where the op beat it (beyond_bound)",
+    "pct_of_roofline": "roofline_us / measured time x 100: never above 100",
+    "beyond_bound": "a rate beat the bound it was judged against (cache, a math mode unseen): that rate and the "
+                    "roofline are NaN (tracekit.events.bounds)",
 }
 # summary.ops: one row per rank x op name (aten::*, user annotations) over the whole trace.
 OP_COLUMNS = {"rank": "rank", "name": "op or annotation name", **_OP_SHARED}
@@ -65,7 +70,8 @@ MEMORY_COLUMNS = {
     "step": "ProfilerStep number; -1 for a trace without steps (the whole trace)",
     "peak_allocated_bytes": "largest Total Allocated in the step (or at its start)",
     "peak_reserved_bytes": "largest Total Reserved in the step (or at its start)",
-    "start_allocated_bytes": "Total Allocated as the step began (the last event before it; NaN when none)",
+    "start_allocated_bytes": "Total Allocated as the step began: the last event before it, else its first event's "
+                             "less that event's Bytes (NaN when unknown)",
     "end_allocated_bytes": "Total Allocated as the step ended",
     "growth_bytes": "end_allocated_bytes - start_allocated_bytes",
     "device_memory_bytes": "the device's memory from deviceProperties totalGlobalMem (NaN when unknown)",
@@ -100,4 +106,5 @@ OPTIMIZATION_COLUMNS = {
     "predicted_step_us": "the replayed step time with its events at their roofline time",
     "predicted_saving_us": "baseline step time - predicted_step_us, per step",
     "saving_pct": "predicted_saving_us as a share of the baseline step",
+    "host_copy": "it copies between host and device: its roof is the host link (PCIe, NVLink-C2C), not a kernel's",
 }

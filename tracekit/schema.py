@@ -20,8 +20,8 @@ collective  One communication call (all_reduce, all_gather, ...) on one rank.
 pg          The process group a collective runs in.
 seq         A collective's sequence number within its process group, when the trace records it.
 
-Units are in the column names: ``_us`` microseconds, ``_ns`` nanoseconds, ``_pct`` percent,
-``_gbps`` GB/s (1e9 bytes per second), ``bytes`` bytes. Unknown numbers are NaN, never 0.
+Units are in the column names: ``_us`` microseconds, ``_ns`` nanoseconds, ``_pct`` percent, ``_gbps`` GB/s (1e9 bytes
+per second), ``bytes`` bytes. Unknown numbers are NaN, never 0.
 """
 
 from __future__ import annotations
@@ -156,8 +156,7 @@ DATA_QUALITY_COLUMNS = {
     "device_evidence": "why the rank is a device rank (device events, device API events, a device arg, "
                        "deviceProperties), or 'none: a CPU-only trace'",
     "device_events": "device events with a usable duration (CPU-only ranks: the training thread's ops and gloo calls)",
-    "device_events_absent": "a device rank whose trace holds no device event (kernels not collected): its device "
-                            "metrics are NaN",
+    "device_events_absent": "a device rank whose trace holds no device event (kernels not collected): device metrics NaN",
     "pre_trace_events": "device events launched before the trace began: left out of the window, steps and collectives",
     "pre_trace_device_us": "union of those events' device time",
     "unsized_ep_comm": "expert-parallel all-to-all kernels (commnames.EP_KERNELS): no args, so sizes, group NaN",
@@ -171,6 +170,7 @@ DATA_QUALITY_COLUMNS = {
     "shapes_recorded": "CPU ops carry Input Dims (record_shapes=True); False: sizes that need them are unknown; "
                        "missing when the trace has no CPU op (annotations are not ops): FLOPs and MFU unknown",
     "operators_unusable": "CPU ops recorded, but none with a usable duration (all dropped): FLOPs and MFU unknown",
+    "ops_beyond_bound": "ops_by_shape rows whose rate beat its bound (beyond_bound): that rate and roofline NaN",
     "memory_events": "profile_memory's [memory] events in the trace (0: profile_memory was off)",
     "device_peaks": "the datasheet entry the device matched (tracekit.devices), 'unknown: <name>' when none, "
                     "'' on a CPU-only rank",

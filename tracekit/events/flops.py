@@ -27,8 +27,9 @@ bound, as FlopCounterMode's), and nothing is guessed: a value the formula needs 
 
 Bytes: every tensor input read once plus the output written once: for matmul-class ops the formula's output
 (attention [.., S, D_v]; convolution_backward the grads in output_mask), elementwise the broadcast of the tensor
-inputs (in place: self), norm one tensor shaped as the first input (mean/rstd, grad_weight not counted), in the
-first floating input's dtype (``_scaled_mm``: its out_dtype). NaN if a tensor's dtype is unknown (TensorList).
+inputs (in place: self; ``_WRITE_ONLY`` ops, zero_ / fill_ / copy_, only write it: self counts once), norm one
+tensor shaped as the first input (mean/rstd, grad_weight not counted), in the first floating input's dtype
+(``_scaled_mm``: its out_dtype). NaN if a tensor's dtype is unknown (TensorList).
 
 Nesting (the caller's rule): composite ops (linear, matmul, conv2d, convolution, scaled_dot_product_attention ...)
 have FLOPs too, so in a call tree an op in ``MATMUL_CLASS`` with finite FLOPs is counted only if none of its
@@ -99,6 +100,7 @@ _ELEMENTWISE = {
         "tanh_backward hardtanh_backward leaky_relu_backward elu_backward").split(), 1),
     **dict.fromkeys("copy_ fill_ zero_ clone".split(), 0),
 }
+_WRITE_ONLY = frozenset(("zero_", "fill_", "copy_"))  # in place, self only written: one buffer, not read + written
 _NORM = frozenset((
     "native_layer_norm native_layer_norm_backward layer_norm native_batch_norm native_batch_norm_backward "
     "batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training _native_batch_norm_legit_functional "
@@ -135,7 +137,7 @@ def op_cost(name: str, dims: list | None, types: list | None, concrete: list | N
         else:
             flops, outs = (_attention(base, dims, types) if kind == "attention"
                            else _pointwise(base, dims, types, out_type))
-        return OpCost(float(flops), _bytes(dims, types, outs), dtype, kind)
+        return OpCost(float(flops), _bytes(dims, types, outs, 0 if base in _WRITE_ONLY else None), dtype, kind)
     except (TypeError, ValueError, IndexError, ZeroDivisionError):  # inputs not as the schema has them
         return OpCost(NAN, NAN, dtype, kind)
 
@@ -151,12 +153,12 @@ def _tensor(dims, types, i) -> list[int] | None:
     return _shape(dims[i]) if ok else None
 
 
-def _bytes(dims, types, outs) -> float:
-    """Every tensor input once plus ``outs`` [(shape, Input type)]; NaN if any of them is unknown."""
+def _bytes(dims, types, outs, skip: int | None = None) -> float:
+    """Every tensor input once (but ``skip``, not read) plus ``outs`` [(shape, Input type)]; NaN if one is unknown."""
     if outs is None or types is None or len(types) != len(dims):
         return NAN
     total = 0
-    for d, t in zip(dims, types):
+    for d, t in (x for i, x in enumerate(zip(dims, types)) if i != skip):
         if t in ELEMENT_SIZE and _shape(d) is not None:
             total += math.prod(d) * ELEMENT_SIZE[t]
         elif t == "TensorList" or (t not in ("", "Scalar", "ScalarList") and d != []):

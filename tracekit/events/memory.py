@@ -1,7 +1,10 @@
 """Memory per rank, device and step, from ``profile_memory``'s ``[memory]`` events, and the ops live at the peak.
 
 Each event carries the allocator's running ``Total Allocated`` and ``Total Reserved`` on its device after the
-allocation (``Bytes`` > 0) or free (``Bytes`` < 0) at ``Addr``. A step's peak is the largest Total Allocated among
+allocation (``Bytes`` > 0) or free (``Bytes`` < 0) at ``Addr``. A step starts at the last reading before it or,
+with none (the first step), at its first event's reading less that event's ``Bytes``: the level before it, so a
+single step's growth is known (0 where its allocations are all freed). Peaks are the readings' (and the level
+carried in from the reading before the step). A step's peak is the largest Total Allocated among
 its events, or the level it started at if higher; the largest Total Allocated in the raw events is the run's peak.
 At a device's peak, each allocation not yet freed is attributed to the innermost host op around it on its thread.
 Without memory events the tables are empty and the data-quality notes say ``profile_memory`` was off.
@@ -34,20 +37,23 @@ def memory_table(memory: pd.DataFrame, steps: pd.DataFrame, device_memory: tuple
     for (dtype, did), dev in memory.groupby(["device_type", "device_id"], sort=True):
         ts = dev["ts_ns"].to_numpy()
         alloc, reserved = dev["total_allocated"].to_numpy(), dev["total_reserved"].to_numpy()
+        # The level before an event: its own reading less the bytes it allocated (a free's are negative).
+        level_before = alloc - dev["bytes"].to_numpy(dtype=float)
         for step, lo, hi in spans:
             inside = (ts >= lo) & (ts < hi)
             before = np.flatnonzero(ts < lo)
-            start_alloc = alloc[before[-1]] if len(before) else np.nan
+            start_alloc = alloc[before[-1]] if len(before) else np.nan  # a reading: what the peak may be
             start_reserved = reserved[before[-1]] if len(before) else np.nan
             if not inside.any() and not len(before):
                 continue
             end_alloc = alloc[inside][-1] if inside.any() else start_alloc
+            start = start_alloc if len(before) else level_before[np.argmax(inside)] if inside.any() else np.nan
             rows.append({"rank": int(dev["rank"].iloc[0]), "device_type": int(dtype), "device_id": int(did),
                          "device": device_label(int(dtype), int(did)), "step": step,
                          "peak_allocated_bytes": _known_max(np.append(alloc[inside], start_alloc)),
                          "peak_reserved_bytes": _known_max(np.append(reserved[inside], start_reserved)),
-                         "start_allocated_bytes": start_alloc, "end_allocated_bytes": end_alloc,
-                         "growth_bytes": end_alloc - start_alloc,
+                         "start_allocated_bytes": start, "end_allocated_bytes": end_alloc,
+                         "growth_bytes": end_alloc - start,
                          "device_memory_bytes": (device_memory[int(did)] if dtype != 0 and 0 <= did < len(device_memory)
                                                  else np.nan)})
     return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))

@@ -13,8 +13,10 @@ events (for the kernels each op launched), the rank's steps, and the device's pe
   ``cpu_op``), or operators none of which has a usable duration (``usable``), has unknown (NaN) FLOPs in every
   step: no operator is left to count.
 - achieved_tflops, achieved_gbps: from the op's device time on a device rank, its host time on a CPU-only rank.
-- roofline_us = max(flops / peak at its dtype, bytes / memory bandwidth); pct_of_roofline = roofline / measured
-  time x 100 (TraceLens' "Pct Roofline"). NaN for an unknown device, dtype or shape.
+- roofline_us = max(flops / peak at its math key, bytes / memory bandwidth); pct_of_roofline = roofline / measured
+  time x 100 (TraceLens' "Pct Roofline"). NaN for an unknown device, dtype or shape. The math key is the dtype's,
+  TF32 where an fp32 op ran tensor-op kernels; host <-> device copies are judged against the host link; no rate
+  exceeds its bound (``tracekit.events.bounds``).
 Times cover the whole trace (as ``key_averages()`` and HolisticTraceAnalysis do); ``window_counted_flops`` the
 window's steps.
 """
@@ -25,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import devices
+from tracekit.events import bounds
 from tracekit.events.flops import MATMUL_CLASS
 from tracekit.events.grouping import Groups
 from tracekit.events.opcosts import op_costs
@@ -85,19 +88,19 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
 
 
 _SUMMED = ("calls", "host_self_us", "host_total_us", "device_self_us", "device_us", "flops", "bytes", "counted_flops",
-           "window_counted_flops", "flops_arg")
+           "window_counted_flops", "flops_arg", "host_link_bytes")
 
 
 def _reduced(groups: Groups, column: str, values: np.ndarray) -> dict[str, np.ndarray]:
     """What the op tables keep of one per-call column, per group."""
     if column == "kind":
         return {"kind": groups.first(values)}
-    if column == "dtype":  # one dtype: the first call's (missing included); calls of several: "mixed"
-        return {"dtype": np.where(groups.at_most_one_value(values), groups.first(values, skipna=False), "mixed")}
+    if column in ("dtype", "math"):  # one dtype: the first call's (missing included); calls of several: "mixed"
+        return {column: np.where(groups.at_most_one_value(values), groups.first(values, skipna=False), "mixed")}
     if column not in _SUMMED:
         return {}
     out = {column: groups.sum(values, min_count=1)}
-    if column in ("flops", "bytes"):  # a sum of FLOPs or bytes over calls is known only when every call's is
+    if column in ("flops", "bytes", "host_link_bytes"):  # a sum over calls is known only when every call's is
         out[column] = np.where(groups.all(np.isfinite(values)), out[column], np.nan)
     return out
 
@@ -117,12 +120,17 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     parent, depth = parent.astype(row_type), depth.astype(row_type)
     yield "host_self_us", (dur - covered) / 1e3  # the time no child covers: never below 0
     del covered
-    device_self = _device_self(ops, launched or launches(ops, events)) if device_rank else np.full(len(ops), np.nan)
+    launched = (launched or launches(ops, events)) if device_rank else None
+    device_self = _device_self(ops, launched) if device_rank else np.full(len(ops), np.nan)
     yield "device_us", subtree_sums(device_self, parent, depth) / 1e3
     device_self /= 1e3  # in place: its sums over subtrees are made
     yield "device_self_us", device_self
     del device_self
+    # Kernels that show the math mode (TF32) or a host <-> device copy, anywhere below each op (tracekit.events.bounds)
+    tf32, host_copy = ((subtree_sums(f, parent, depth) > 0 for f in bounds.launch_flags(
+        launched[0]["name"], launched[1], len(ops))) if launched is not None else (np.zeros(len(ops), bool),) * 2)
     cost, inverse = op_costs(ops, peaks)
+    math = bounds.math_keys(cost["dtype"][inverse], tf32)
     flops = cost["flops"][inverse]
     yield "flops", flops
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()
@@ -135,7 +143,7 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     del matmul_name, matmul, innermost, flops
     yield "counted_flops", counted
     yield "window_counted_flops", np.where(in_window, counted, 0.0)
-    peak = cost["peak_flops"][inverse]
+    peak = np.where(math == "tf32", devices.peak_tflops(peaks, "tf32") * 1e12, cost["peak_flops"][inverse])
     # Time at peak: unknown for every op of a rank whose device's peaks are unknown (a CPU rank, an unnamed device),
     # even one with no FLOPs, so that its MFU is unknown, not 0.
     at_peak = np.where(counted > 0, counted / peak * 1e6, 0.0 if peaks is not None else np.nan)
@@ -146,8 +154,14 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     at_peak[unknown] = np.nan
     yield "matmul_at_peak_us", at_peak
     del at_peak, unknown
+    # A host <-> device copy moves one buffer over the host link: copy_'s read + write, halved.
+    moved = cost["bytes"][inverse] / np.where(host_copy & (ops["name"] == "aten::copy_").to_numpy(), 2, 1)
+    yield "bytes", moved
+    yield "host_link_bytes", np.where(host_copy, moved, 0.0)
+    del moved, host_copy
     # Last, when the call tree's arrays are gone: the object columns' reductions (distinct dtypes) take the most.
-    for column in ("bytes", "kind", "dtype"):
+    yield "math", math
+    for column in ("kind", "dtype"):
         yield column, cost[column][inverse]
 
 
@@ -272,18 +286,9 @@ def _grouped(keys: pd.DataFrame, sums: dict[str, np.ndarray], peaks, device_rank
     columns."""
     out = keys.assign(**{c: sums[c] for c in _SUMMED})
     out["calls"] = out["calls"].astype(np.int64)
-    out["kind"], out["dtype"] = sums["kind"], sums["dtype"]
+    out["kind"], out["dtype"], out["math"] = sums["kind"], sums["dtype"], sums["math"]
     measured_us = out["device_us"].to_numpy() if device_rank else out["host_total_us"].to_numpy()
-    measured_us = np.where(measured_us > 0, measured_us, np.nan)
-    out["achieved_tflops"] = out["flops"] / measured_us / 1e6
-    out["achieved_gbps"] = out["bytes"] / measured_us / 1e3
-    peak = _per_value(out["dtype"], lambda d: devices.peak_tflops(peaks, devices.dtype_key(d))) * 1e12
-    bandwidth = peaks.memory_gbps * 1e9 if peaks is not None else np.nan
-    compute_s, memory_s = out["flops"].to_numpy() / peak, out["bytes"].to_numpy() / bandwidth
-    # Both roofs where FLOPs are known (the dtype's peak must be too); the memory roof alone where they are not.
-    known = np.isfinite(memory_s) & (np.isfinite(compute_s) | ~np.isfinite(out["flops"].to_numpy()))
-    out["roofline_us"] = np.where(known, np.fmax(compute_s, memory_s) * 1e6, np.nan)
-    out["pct_of_roofline"] = out["roofline_us"] / measured_us * 100
+    out = bounds.rooflines(out, peaks, measured_us)
     return out.sort_values(["rank", "host_total_us"], ascending=[True, False], ignore_index=True)
 
 

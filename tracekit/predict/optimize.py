@@ -40,7 +40,7 @@ def optimization(graph: pd.DataFrame, model: replay.Model, window_steps: pd.Data
     on_path = _path_time(path_events, graph, node_op) / steps
     candidates = known.groupby("name", observed=True).agg(
         ranks=("rank", lambda r: tuple(sorted(int(x) for x in r))), measured_us=("measured_us", "sum"),
-        roofline_us=("roofline_us", "sum")).reset_index()
+        roofline_us=("roofline_us", "sum"), host_copy=("host_link_bytes", lambda b: bool((b > 0).any()))).reset_index()
     candidates["critical_path_us"] = candidates["name"].map(on_path).astype(float).fillna(0.0)
     gap = candidates["critical_path_us"] * (1 - candidates["roofline_us"] / candidates["measured_us"])
     # gap is set before the filter: assigned to an empty frame, a Series would bring its index (a row of NaN)
@@ -59,7 +59,8 @@ def optimization(graph: pd.DataFrame, model: replay.Model, window_steps: pd.Data
                      "measured_us": row.measured_us, "roofline_us": row.roofline_us,
                      "pct_of_roofline": row.roofline_us / row.measured_us * 100, "predicted_step_us": predicted,
                      "predicted_saving_us": base - predicted,
-                     "saving_pct": (base - predicted) / base * 100 if base > 0 else np.nan})  # 0 us steps: no %
+                     "saving_pct": (base - predicted) / base * 100 if base > 0 else np.nan,  # 0 us steps: no %
+                     "host_copy": row.host_copy})
     out = pd.DataFrame(rows, columns=list(OPTIMIZATION_COLUMNS))
     return out.sort_values("predicted_saving_us", ascending=False, ignore_index=True)
 

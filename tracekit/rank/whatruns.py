@@ -43,7 +43,8 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     quality = {"memory_events": len(memory),
                "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else "",
                # Operators recorded, none with a usable duration: op_tables counts none, so FLOPs and MFU are NaN.
-               "operators_unusable": has_operators(ops) and not has_operators(valid)}
+               "operators_unusable": has_operators(ops) and not has_operators(valid),
+               "ops_beyond_bound": int(by_shape["beyond_bound"].sum()) if len(by_shape) else 0}
     return {"kernels": kernels, "ops": by_name, "ops_by_shape": by_shape,
             "step_flops": step_flops, "op_steps": op_steps, "memory": table,
             "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),

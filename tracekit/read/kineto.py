@@ -92,14 +92,19 @@ def _retyped(struct: type, name: str, types: dict, drop: tuple = (), factories: 
 # The fast decoders. A union tagged on "ph" builds complete ("X") events and makes every other phase (flows,
 # counters, metadata: a third of a Kineto trace) an empty struct. What they refuse (an unknown phase, an event
 # without "ph", "args": null) is decoded again by the general decoder above, which also names any error.
-_OTHER_PHASES = ("B", "E", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
+_OTHER_PHASES = ("I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
                  "(", ")")
 Complete = _retyped(_Event, "Complete", {"args": Args}, drop=("ph",), factories={"args": Args},
                      tag="X", tag_field="ph", gc=False)
 # Instant ("i") events are built too: profile_memory's ``[memory]`` events are instants.
 Instant = _retyped(_Event, "Instant", {"args": Args}, drop=("ph", "dur"), factories={"args": Args},
                    tag="i", tag_field="ph", gc=False)
-_AnyEvent = Union[(Complete, Instant, *(msgspec.defstruct(f"_Skipped{i}", [], tag=ph, tag_field="ph", gc=False)
+# Begin / end ("B" / "E") events of non-Kineto Chrome traces: paired into complete events (tracekit.read.pairs).
+Begin = _retyped(_Event, "Begin", {"args": Args}, drop=("ph", "dur"), factories={"args": Args},
+                 tag="B", tag_field="ph", gc=False)
+End = _retyped(_Event, "End", {"args": Args}, drop=("ph", "dur"), factories={"args": Args},
+               tag="E", tag_field="ph", gc=False)
+_AnyEvent = Union[(Complete, Instant, Begin, End, *(msgspec.defstruct(f"_Skipped{i}", [], tag=ph, tag_field="ph", gc=False)
                                 for i, ph in enumerate(_OTHER_PHASES)))]
 FAST_DECODER = msgspec.json.Decoder(_retyped(_Trace, "_FastTrace", {"traceEvents": list[_AnyEvent] | None})
                                      | list[_AnyEvent])

@@ -2,7 +2,9 @@
 and each step's matmul FLOPs and MFU (model FLOPs utilisation).
 
 MFU of a step = the time its counted matmul-class FLOPs take at the device's dense peak for the dtype each op ran
-in, over the step's time: with one dtype, FLOPs / step time / peak. NaN where the device or a FLOP count is unknown.
+in, over the step's time: with one dtype, FLOPs / step time / peak. NaN where the device or a FLOP count is unknown,
+where the device computed nothing (a step of copies only: no utilisation to speak of, as on a CPU rank), and where
+it would exceed 100 (the peak assumed is wrong: a math mode the trace does not show).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def with_step_flops(steps: pd.DataFrame, results) -> pd.DataFrame:
     # no operator, or none of a usable duration, ``tracekit.events.ops``); a step it lacks (a rank without ops) is
     # unknown.
     out = steps.astype({"rank": np.int64, "step": np.int64}).merge(flops, on=["rank", "step"], how="left")
-    out["mfu_pct"] = _pct(out["matmul_at_peak_us"], out["device_step_us"])
+    out["mfu_pct"] = _pct(out["matmul_at_peak_us"], out["device_step_us"], _compute_us(out))
     return out.astype({"rank": steps["rank"].dtype, "step": steps["step"].dtype}) if len(steps) else out
 
 
@@ -51,11 +53,21 @@ def rank_flops(steps: pd.DataFrame) -> pd.DataFrame:
     window = steps[steps["in_window"].astype(bool)] if len(steps) else steps
     grouped = window.groupby("rank")
     at_peak = grouped["matmul_at_peak_us"].agg(lambda v: v.sum(skipna=False))
+    compute = _compute_us(window).groupby(window["rank"]).sum(min_count=1)
     return pd.DataFrame({"matmul_flops_per_step": grouped["matmul_flops"].agg(lambda v: v.mean(skipna=False)),
-                         "mfu_pct": _pct(at_peak, grouped["device_step_us"].sum())}).reset_index()
+                         "mfu_pct": _pct(at_peak, grouped["device_step_us"].sum(), compute)}).reset_index()
 
 
-def _pct(at_peak: pd.Series, step_us: pd.Series) -> pd.Series:
-    """at_peak / step_us in %, as floats; NaN where no step time passed (a step of 0 us has no utilisation)."""
+def _compute_us(steps: pd.DataFrame) -> pd.Series:
+    """Per step, the device's computation (alone or under communication); NaN where the table lacks it."""
+    if "compute_us" not in steps or "overlap_us" not in steps:
+        return pd.Series(np.nan, index=steps.index)
+    return steps["compute_us"].astype(float) + steps["overlap_us"].astype(float)
+
+
+def _pct(at_peak: pd.Series, step_us: pd.Series, compute_us: pd.Series) -> pd.Series:
+    """at_peak / step_us in %, as floats; NaN where no step time passed (a step of 0 us has no utilisation), where
+    nothing was computed (copies only) and above 100 (beyond the bound: the peak assumed is wrong)."""
     step_us = step_us.astype(float)
-    return (at_peak.astype(float) / step_us.where(step_us > 0)) * 100
+    pct = (at_peak.astype(float) / step_us.where(step_us > 0)) * 100
+    return pct.where(~(compute_us.astype(float) <= 0) & ~(pct > 100))

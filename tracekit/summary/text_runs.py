@@ -73,6 +73,10 @@ def _mfu(ranks: pd.DataFrame, steps: pd.DataFrame, quality: pd.DataFrame) -> str
     window = steps[steps["in_window"].astype(bool)] if len(steps) and "device_step_us" in steps else steps.iloc[:0]
     device_us = window.groupby("rank")["device_step_us"].mean().reindex(ranks["rank"]).to_numpy() if len(window) else (
         np.full(len(ranks), np.nan))  # a Summary made before device_step_us (or by hand without it): unknown
+    # Where MFU is unknown though the peak is known (it would pass 100: the peak assumed is wrong), so is the rate.
+    at_peak = (window.groupby("rank")["matmul_at_peak_us"].sum(min_count=1).reindex(ranks["rank"]).to_numpy()
+               if len(window) and "matmul_at_peak_us" in window else np.full(len(ranks), np.nan))
+    device_us = np.where(np.isnan(ranks["mfu_pct"].to_numpy(dtype=float)) & (at_peak > 0), np.nan, device_us)
     shown = pd.DataFrame({"rank": ranks["rank"], "device": ranks["device"],
                           "GFLOP/step": [num(f / 1e9, 2) for f in ranks["matmul_flops_per_step"]],
                           "TFLOPS/s": [num(f / s / 1e6, 2) if not (is_unknown(f) or is_unknown(s) or s <= 0) else "unknown"

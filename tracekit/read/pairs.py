@@ -1,0 +1,43 @@
+"""Chrome trace ``B``/``E`` duration events (a begin and an end per span, as non-Kineto tracers write them) read as
+complete ("X") events.
+
+On each thread (pid, tid), in time order (file order among equal times), an ``E`` closes the latest ``B`` still open:
+the Chrome trace format's rule. Found without a stack: with +1 per ``B`` and -1 per ``E``, the running depth puts a
+``B`` and the ``E`` that closes it at the same level, so sorted by (thread, level, order) each ``B`` is directly
+followed by its ``E``. The span takes the ``B``'s name, category and args and lasts until the ``E``. A ``B`` never
+closed or an ``E`` that closes nothing (the trace began or ended inside a span) becomes an event without a duration,
+which the reader counts among the dropped events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def paired(begins_ends: list, is_begin, make) -> list:
+    """Complete events from ``begins_ends`` (B and E structs in file order; ``is_begin`` says which is a B);
+    ``make(event, dur)`` builds one complete event from a B (from an E that closes nothing, with dur None)."""
+    if not begins_ends:
+        return []
+    n = len(begins_ends)
+    is_begin = np.asarray(is_begin, dtype=bool)
+    ts = np.fromiter((e.ts if isinstance(e.ts, (int, float)) else np.nan for e in begins_ends), float, n)
+    thread = pd.factorize(pd.Series([f"{e.pid}\x00{e.tid}" for e in begins_ends]))[0]
+    timed = np.isfinite(ts)
+    pos = np.flatnonzero(timed)
+    order = pos[np.lexsort((pos, ts[pos], thread[pos]))]  # by thread, time, file order
+    step = np.where(is_begin[order], 1, -1)
+    th = thread[order]
+    depth = np.cumsum(step)
+    first = np.r_[True, th[1:] != th[:-1]]
+    depth -= (depth - step)[np.maximum.accumulate(np.where(first, np.arange(len(th)), 0))]  # from 0 on each thread
+    level = np.where(step > 0, depth, depth + 1)
+    by_level = np.lexsort((np.arange(len(order)), level, th))
+    rows, lv, tt = order[by_level], level[by_level], th[by_level]
+    opens = is_begin[rows[:-1]] & ~is_begin[rows[1:]] & (lv[:-1] == lv[1:]) & (tt[:-1] == tt[1:])
+    b, e = rows[:-1][opens], rows[1:][opens]
+    matched = np.zeros(n, dtype=bool)
+    matched[b] = matched[e] = True
+    out = [make(begins_ends[i], begins_ends[j].ts - begins_ends[i].ts) for i, j in zip(b.tolist(), e.tolist())]
+    return out + [make(begins_ends[i], None) for i in np.flatnonzero(~matched).tolist()]
