@@ -179,10 +179,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
     fsdp = _relative(_shift(_stacked([r.fsdp for r in results]), shift), origin_ns)
 
-    layout = workload_run.extra.get("layout") if workload_run is not None else None
-    pipeline, pipeline_blocks = run_pipeline.pipeline_tables(
-        _stacked([r.pipeline for r in results]), _stacked([r.pipeline_blocks for r in results]), shift, origin_ns,
-        layout if isinstance(layout, dict) else None)
+    pipeline, pipeline_blocks = run_pipeline.of_ranks(results, shift, origin_ns, workload_run)
     steps = whatruns.with_step_flops(steps, results)
     ranks = _rank_table(results, steps, collectives)
     tables = whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns))

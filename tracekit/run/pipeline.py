@@ -15,9 +15,19 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.schema import PIPELINE_BLOCK_COLUMNS, PIPELINE_COLUMNS
+from tracekit.pipeschema import PIPELINE_BLOCK_COLUMNS, PIPELINE_COLUMNS
 
 _ACTION = re.compile(r"^(\d+)(F|B|I|W)(\d+)$")
+
+
+def of_ranks(results, shift: dict[int, int], origin_ns: int, workload=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``pipeline_tables`` of the ranks' results (``RankResult``), with the layout of ``workload`` (run.json)."""
+    layout = workload.extra.get("layout") if workload is not None else None
+    rows, blocks = ([r.pipeline for r in results if len(r.pipeline)], [r.pipeline_blocks for r in results
+                                                                          if len(r.pipeline_blocks)])
+    return pipeline_tables(pd.concat(rows, ignore_index=True) if rows else None,
+                           pd.concat(blocks, ignore_index=True) if blocks else None, shift, origin_ns,
+                           layout if isinstance(layout, dict) else None)
 
 
 def pipeline_tables(rows: pd.DataFrame, blocks: pd.DataFrame, shift: dict[int, int], origin_ns: int,
@@ -116,15 +126,21 @@ def _notes(rows: pd.DataFrame, layout: dict | None) -> list[str]:
     notes = [[] for _ in range(len(rows))]
     schedule = rows["schedule"].to_numpy()
     stage, rank = rows["stage"].to_numpy(), rows["rank"].to_numpy()
-    to_rank = (layout or {}).get("stage_to_rank") if isinstance(layout, dict) else None
-    intended = (layout or {}).get("schedule") if isinstance(layout, dict) else None
+    layout = layout if isinstance(layout, dict) else {}
+    # stage -> global ranks; stage_to_rank is the place along the pipeline dimension, a rank only when pp is alone
+    to_ranks = layout.get("stage_to_global_ranks")
+    if not isinstance(to_ranks, dict) and isinstance(layout.get("stage_to_rank"), dict) and \
+            set((layout.get("mesh") or {"pp": 0}).keys()) <= {"pp"}:
+        to_ranks = {k: [r] for k, r in layout["stage_to_rank"].items()}
+    intended = layout.get("schedule")
     for i in range(len(rows)):  # a few rows per step
         if schedule[i] == "zero_bubble":
             notes[i].append("zero-bubble schedule: no closed-form bubble to compare with")
         if stage[i] < 0:
             notes[i].append("stage unknown: no PP: action names it and no pipeline group in pg_config")
-        elif isinstance(to_rank, dict) and str(stage[i]) in to_rank and to_rank[str(stage[i])] != rank[i]:
-            notes[i].append(f"run.json puts stage {stage[i]} on rank {to_rank[str(stage[i])]}")
+        elif isinstance(to_ranks, dict) and isinstance(to_ranks.get(str(stage[i])), list) \
+                and rank[i] not in to_ranks[str(stage[i])]:
+            notes[i].append(f"run.json puts stage {stage[i]} on rank(s) {to_ranks[str(stage[i])]}")
         if isinstance(intended, str) and intended not in (schedule[i], "zbv" if schedule[i] == "zero_bubble" else ""):
             notes[i].append(f"run.json's schedule is {intended}; the blocks read as {schedule[i]}")
     return ["; ".join(n) for n in notes]

@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit import opschema, schema
+from tracekit import opschema, pipeschema, schema
 from tracekit.summary.facts import RunFacts
 
 
@@ -82,8 +82,8 @@ class Summary:
     memory_timeline: pd.DataFrame = _table(opschema.MEMORY_TIMELINE_COLUMNS)
     op_steps: pd.DataFrame = _table(opschema.OP_STEP_COLUMNS)
     optimization: pd.DataFrame = _table(opschema.OPTIMIZATION_COLUMNS)
-    pipeline: pd.DataFrame = _table(schema.PIPELINE_COLUMNS)
-    pipeline_blocks: pd.DataFrame = _table(schema.PIPELINE_BLOCK_COLUMNS)
+    pipeline: pd.DataFrame = _table(pipeschema.PIPELINE_COLUMNS)
+    pipeline_blocks: pd.DataFrame = _table(pipeschema.PIPELINE_BLOCK_COLUMNS)
 
     def __post_init__(self):
         # Hold a shallow copy of each table given: a later in-place change to the caller's frame copies its data
