@@ -14,41 +14,13 @@ import pytest
 import tracekit
 from tracekit.events.pipeline import pipeline_position
 from tracekit.run.pipeline import pipeline_tables, theory_bubble_pct
+from tests.pipeline_runs import PG, RANK0_OPS, backward, annotation, write_rank, write_gpipe_run
 from tests.tracedata import cpu, step, write_trace
 
-PG = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]
-
-
-def _ann(name, ts, dur):
-    return cpu(name, ts, dur, cat="user_annotation")
-
-
-def _back(ts, dur):
-    return cpu("autograd::engine::evaluate_function: AddmmBackward0", ts, dur)
-
-
-def _write(path, rank, events, pg=PG):
-    info = {"backend": "gloo", "rank": rank, "world_size": 2, "pg_config": pg}
-    return write_trace(path / f"rank-{rank}.pt.trace.json.gz", [step(1, 0, 1000), *events], rank=None,
-                       distributedInfo=info)
-
-
-# Stage 0 of both cases: F0 [10,110), F1 [120,220), a receive posted at 230 and waited until 600, B0 [600,700),
-# B1 [710,800), the optimizer [800,850) (busy, in no block), nothing until the step ends at 1000.
-RANK0_OPS = [cpu("aten::linear", 10, 100), cpu("c10d::send", 110, 10), cpu("aten::linear", 120, 100),
-             cpu("c10d::send", 220, 10), cpu("c10d::recv_", 230, 10), _back(600, 100), cpu("c10d::recv_", 700, 10),
-             _back(710, 90), _ann("Optimizer.step#SGD.step", 800, 50), cpu("aten::add_", 800, 50)]
 
 
 def _gpipe_run(path):
-    # GPipe's annotations: each Backward/Forward includes its receive and the wait for it.
-    _write(path, 0, RANK0_OPS + [_ann("Forward 0", 0, 110), _ann("Forward 1", 120, 100), _ann("Backward 0", 230, 470),
-                                 _ann("Backward 1", 700, 100)])
-    _write(path, 1, [_ann("Forward 0", 0, 300), cpu("c10d::recv_", 5, 10), cpu("aten::linear", 200, 100),
-                     _ann("Forward 1", 300, 120), cpu("c10d::recv_", 300, 10), cpu("aten::linear", 320, 100),
-                     _ann("Backward 0", 420, 150), _back(420, 150), cpu("c10d::send", 570, 10),
-                     _ann("Backward 1", 580, 150), _back(580, 150), cpu("c10d::send", 730, 10)])
-    return tracekit.summarize(path, cache=False, workers=1)
+    return tracekit.summarize(write_gpipe_run(path), cache=False, workers=1)
 
 
 def _row(s, stage):
@@ -90,12 +62,12 @@ def test_findings_name_the_bubble_and_the_heavy_stage(tmp_path):
 
 
 def test_1f1b_blocks_inferred_between_p2p_calls(tmp_path):
-    _write(tmp_path, 0, RANK0_OPS)
+    write_rank(tmp_path, 0, RANK0_OPS)
     # The last stage of 1F1B: F0 then B0 with no transfer between. The targets' chunking before the first receive
     # [1,3) is busy but no block: the stage has no input yet.
-    _write(tmp_path, 1, [cpu("aten::tensor_split", 1, 2), cpu("c10d::recv_", 5, 10), cpu("aten::linear", 200, 100),
-                         _back(300, 150), cpu("c10d::send", 450, 10), cpu("c10d::recv_", 460, 10),
-                         cpu("aten::linear", 500, 100), _back(600, 150), cpu("c10d::send", 750, 10)])
+    write_rank(tmp_path, 1, [cpu("aten::tensor_split", 1, 2), cpu("c10d::recv_", 5, 10), cpu("aten::linear", 200, 100),
+                         backward(300, 150), cpu("c10d::send", 450, 10), cpu("c10d::recv_", 460, 10),
+                         cpu("aten::linear", 500, 100), backward(600, 150), cpu("c10d::send", 750, 10)])
     s = tracekit.summarize(tmp_path, cache=False, workers=1)
     b = s.pipeline_blocks
     assert set(b["source"]) == {"inferred"}
@@ -112,10 +84,10 @@ def test_1f1b_blocks_inferred_between_p2p_calls(tmp_path):
 def test_pp_actions_give_stages_and_exclude_the_receive_wait(tmp_path):
     # One rank holding stages 0 and 2 (interleaved): PP:0F0 waits [0,60) for its input; SEND/RECV make no block.
     write_trace(tmp_path / "rank-0.pt.trace.json.gz", [
-        step(1, 0, 400), _ann("PP:0RECV_F0", 0, 5), cpu("c10d::recv_", 0, 5), _ann("PP:0F0", 5, 95),
-        cpu("aten::linear", 60, 40), _ann("PP:0SEND_F0", 100, 0), _ann("PP:2F0", 100, 50),
-        cpu("aten::linear", 100, 50), _ann("PP:2B0", 150, 100), _back(170, 80), _ann("PP:0B0", 250, 50),
-        _back(250, 50)], rank=None, distributedInfo={"backend": "gloo", "rank": 0, "world_size": 1})
+        step(1, 0, 400), annotation("PP:0RECV_F0", 0, 5), cpu("c10d::recv_", 0, 5), annotation("PP:0F0", 5, 95),
+        cpu("aten::linear", 60, 40), annotation("PP:0SEND_F0", 100, 0), annotation("PP:2F0", 100, 50),
+        cpu("aten::linear", 100, 50), annotation("PP:2B0", 150, 100), backward(170, 80), annotation("PP:0B0", 250, 50),
+        backward(250, 50)], rank=None, distributedInfo={"backend": "gloo", "rank": 0, "world_size": 1})
     s = tracekit.summarize(tmp_path, cache=False, workers=1)
     b = s.pipeline_blocks.sort_values("start_us")
     assert list(b["stage"].astype(str) + b["phase"] + b["microbatch"].astype(str)) == ["0F0", "2F0", "2B0", "0B0"]
