@@ -1,7 +1,7 @@
 """The pipeline's charts: the schedule that ran as a stage x time grid (F/B/I/W blocks per microbatch, the time
 no block runs marked as bubble, send->recv pairs where a table of them is given) and the bubble and compute per
 stage. Shared by the viewer's Pipeline page and the HTML report; they read ``summary.pipeline`` and
-``summary.pipeline_blocks`` (``tracekit.pipeschema``).
+``summary.pipeline_blocks`` (``tracekit.run.pipeschema``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.pipeschema import PIPELINE_BLOCK_COLUMNS, PIPELINE_COLUMNS
+from tracekit.run.pipeschema import PIPELINE_BLOCK_COLUMNS, PIPELINE_COLUMNS
 
 _ACTION = re.compile(r"^(\d+)(F|B|I|W)(\d+)$")
 

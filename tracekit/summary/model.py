@@ -10,7 +10,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit import opschema, pipeschema, schema
+from tracekit import opschema, schema
+from tracekit.run import pipeschema
 from tracekit.summary.facts import RunFacts
 
 
