@@ -30,8 +30,10 @@ PAGES = (("overview", "Overview", ":material/dashboard:"), ("ranks", "Ranks", ":
          ("timeline", "Timeline", ":material/view_timeline:"), ("allranks", "All ranks", ":material/view_agenda:"),
          ("whatif", "What if", ":material/science:"), ("compare", "Compare", ":material/compare_arrows:"),
          ("ops", "Operators & kernels", ":material/developer_board:"), ("memory", "Memory", ":material/memory_alt:"),
-         ("fsdp", "FSDP", ":material/view_module:"))
+         ("fsdp", "FSDP", ":material/view_module:"), ("pipeline", "Pipeline", ":material/view_week:"))
 HAS_FSDP = "tracekit.has_fsdp"  # whether the open run has FSDP units: the FSDP page is listed only then
+HAS_PIPELINE = "tracekit.has_pipeline"  # the same for pipeline stages and the Pipeline page
+LISTED_ONLY_WHEN = {"fsdp": HAS_FSDP, "pipeline": HAS_PIPELINE}
 UPLOAD_LABEL = "upload"
 LIMITS = UploadLimits()
 PREFERRED = "resnet-gloo-2rank"
@@ -40,9 +42,9 @@ PREFERRED = "resnet-gloo-2rank"
 def main() -> None:
     st.set_page_config(page_title="tracekit", page_icon=":material/timeline:", layout="wide")
     state.url_once()
-    listed = st.session_state.get(HAS_FSDP, False)
+    listed = {key: st.session_state.get(key, False) for key in LISTED_ONLY_WHEN.values()}
     pages = {slug: st.Page(VIEWS / f"{slug}.py", title=title, icon=icon, url_path=slug, default=slug == "overview",
-                           visibility="visible" if slug != "fsdp" or listed else "hidden")
+                           visibility="visible" if listed.get(LISTED_ONLY_WHEN.get(slug), True) else "hidden")
              for slug, title, icon in PAGES}
     page = st.navigation(list(pages.values()))
     wanted = state.take_from_url("page")
@@ -64,8 +66,9 @@ def main() -> None:
         if ctx is not None:
             st.session_state[state.CONTEXT] = ctx
             st.session_state[HAS_FSDP] = len(ctx.summary.fsdp) > 0
-            if st.session_state[HAS_FSDP] != listed:
-                st.rerun()  # list (or unlist) the FSDP page for this run
+            st.session_state[HAS_PIPELINE] = len(ctx.summary.pipeline) > 0
+            if any(st.session_state[key] != was for key, was in listed.items()):
+                st.rerun()  # list (or unlist) the FSDP and Pipeline pages for this run
     current = st.session_state.get(state.CONTEXT)
     st.query_params.from_dict({k: v for k, v in {
         "run": run_id, "page": page.url_path or "overview", "rank": None if current is None else current.rank,

@@ -15,12 +15,14 @@ import pandas as pd
 from tracekit.rank import cache as tracekit_cache
 from tracekit.run import clocks
 from tracekit.run import crossrank
+from tracekit.run import pipeline as run_pipeline
 from tracekit.run import whatruns
 from tracekit.findings import capture
 from tracekit.findings.finding import trains
 from tracekit.findings import checks as findings
 from tracekit.findings import fsdp_findings
 from tracekit.findings import memory_findings
+from tracekit.findings import pipeline_findings
 from tracekit.findings import order
 from tracekit.findings import roofline_findings
 from tracekit.events import metrics
@@ -177,6 +179,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
     fsdp = _relative(_shift(_stacked([r.fsdp for r in results]), shift), origin_ns)
 
+    pipeline, pipeline_blocks = run_pipeline.of_ranks(results, shift, origin_ns, workload_run)
     steps = whatruns.with_step_flops(steps, results)
     ranks = _rank_table(results, steps, collectives)
     tables = whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns))
@@ -188,10 +191,12 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                      straggler_suspicions=crossrank.verdict(evidence, "suspected"))
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
-                                                                        fsdp, steps, ranks), tables["memory"], steps,
-                                                   training=trains(ranks)),
-                   data_quality=_data_quality(results, steps), fsdp=fsdp, **tables)
+                   findings=pipeline_findings.merged(
+                       memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
+                                                                   fsdp, steps, ranks), tables["memory"], steps,
+                                              training=trains(ranks)), pipeline),
+                   data_quality=_data_quality(results, steps), fsdp=fsdp, pipeline=pipeline,
+                   pipeline_blocks=pipeline_blocks, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,

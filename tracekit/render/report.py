@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from tracekit import quality
-from tracekit.render import charts, charts_ops, charts_roofline
+from tracekit.render import charts, charts_ops, charts_pipeline, charts_roofline
 from tracekit.summary.facts import RunFacts, one_or_all
 from tracekit.fmt import display_units, ms, num, pct, rate
 from tracekit.summary.text import checked
@@ -48,6 +48,7 @@ def html_report(summary, title: str | None = None) -> str:
         if section == "Idle":
             body.append(_table(display_units(charts.largest_gaps(summary, 10)),
                                "Longest idle gaps (ms; start from the run's start)"))
+    body += _pipeline(summary)
     body += _what_runs(summary)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -93,6 +94,21 @@ def _what_runs(summary, top: int = 15) -> list[str]:
         return out + [f"<p>{_e(note)}</p>"]
     return out + [_figure(charts_ops.memory_over_time(summary, rank)),
                   _table(charts_ops.memory_peaks(summary, rank), "Peaks per step (MB)")]
+
+
+def _pipeline(summary) -> list[str]:
+    """The Pipeline section (runs with pipeline stages only): the schedule grid of the first window step, compute
+    and bubble per stage, and the per-stage table."""
+    if summary.pipeline.empty:
+        return []
+    first = summary.pipeline.iloc[0]
+    said = (f"{first['schedule']} schedule, {int(first['stages'])} stages ({int(first['stages_per_rank'])} per "
+            f"rank); bubble: time a stage runs nothing but stage-to-stage transfers")
+    parts = charts_pipeline.stage_parts(summary)
+    return ["<h2>Pipeline</h2>", f"<p>{_e(said)}</p>",
+            _figure(charts_pipeline.schedule_grid(summary, p2p=getattr(summary, "p2p", None))),
+            _figure(charts_pipeline.stage_bars(summary)),
+            _table(display_units(parts), "Per stage, mean per window step (ms; *_pct in percent)")]
 
 
 def _noted_table(frame: pd.DataFrame, top: int, caption: str) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import opschema, schema
+from tracekit.run import pipeschema
 from tracekit.summary.facts import RunFacts
 
 
@@ -45,6 +46,9 @@ class Summary:
                    ``memory_timeline`` allocated and reserved over time; ``op_steps`` each op's time per window step
       optimization where optimisation pays: ops' critical-path time and the replayed saving at their roofline
                    (``tracekit.predict.optimize``)
+      pipeline     one row per pipeline stage x step: compute, bubble (fill, wait, drain) and the schedule's theory
+                   (``tracekit.run.pipeline``); ``pipeline_blocks`` the schedule that ran, one row per stage x
+                   microbatch x phase; both empty without pipeline parallelism
     ``findings`` lists what to change, largest gain first (``tracekit.findings.order``; ``findings_table()``: the same
     as one table).
     ``run`` holds facts about the run (``tracekit.summary.facts.RunFacts``): world size, backend, devices, files read and
@@ -79,6 +83,8 @@ class Summary:
     memory_timeline: pd.DataFrame = _table(opschema.MEMORY_TIMELINE_COLUMNS)
     op_steps: pd.DataFrame = _table(opschema.OP_STEP_COLUMNS)
     optimization: pd.DataFrame = _table(opschema.OPTIMIZATION_COLUMNS)
+    pipeline: pd.DataFrame = _table(pipeschema.PIPELINE_COLUMNS)
+    pipeline_blocks: pd.DataFrame = _table(pipeschema.PIPELINE_BLOCK_COLUMNS)
 
     def __post_init__(self):
         # Hold a shallow copy of each table given: a later in-place change to the caller's frame copies its data
@@ -181,7 +187,7 @@ def _detached(frame: pd.DataFrame) -> pd.DataFrame:
 # unless asked for: on a real run they are over 90% of the JSON.
 TABLES = ("ranks", "steps", "collectives", "gaps", "stragglers", "imbalance", "mismatches", "findings", "critical_path",
           "critical_path_events", "data_quality", "fsdp", "kernels", "ops", "ops_by_shape", "op_steps", "memory",
-          "memory_top", "memory_timeline", "optimization", "graph")
+          "memory_top", "memory_timeline", "optimization", "graph", "pipeline", "pipeline_blocks")
 EVENT_TABLES = ("gaps", "critical_path_events", "ops_by_shape", "op_steps", "memory_timeline", "graph")
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 from tracekit.findings import checks
 from tracekit import quality
 from tracekit.summary.facts import one_or_all
+from tracekit.summary.text_pipeline import pipeline_lines
 from tracekit.summary.text_runs import what_ran_lines
 from tracekit.fmt import is_unknown, mb, ms, num, pct, share
 
@@ -39,6 +40,7 @@ def text_report(summary: Summary) -> str:
     lines += ["", "Per rank: times in ms, (%) their share of the rank's span; comm overlapped: % of comm under compute",
               _rank_lines(summary.ranks), ""]
     lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
+    lines += pipeline_lines(summary)
     lines += what_ran_lines(summary)
     lines += _quality_lines(summary)
     lines += _findings_lines(summary.findings, summary.data_quality)

@@ -1,0 +1,144 @@
+"""Pipeline parallelism: blocks (from PP: actions, GPipe's annotations, or inferred between P2P calls), the bubble
+split (fill, wait, drain), the schedule's theory, the stages' imbalance and the findings, on tiny traces computed
+by hand (CPU/gloo ranks: the training thread's ops are the compute; c10d::send/recv_ are not)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracekit
+from tracekit.events.pipeline import pipeline_position
+from tracekit.run.pipeline import pipeline_tables, theory_bubble_pct
+from tests.pipeline_runs import PG, RANK0_OPS, backward, annotation, write_rank, write_gpipe_run
+from tests.tracedata import cpu, step, write_trace
+
+
+
+def _gpipe_run(path):
+    return tracekit.summarize(write_gpipe_run(path), cache=False, workers=1)
+
+
+def _row(s, stage):
+    return s.pipeline.set_index("stage").loc[stage]
+
+
+def test_gpipe_two_stages_two_microbatches_by_hand(tmp_path):
+    s = _gpipe_run(tmp_path)
+    b = s.pipeline_blocks
+    assert set(b["source"]) == {"gpipe_annotation"}
+    # Stage 1's Forward 0 runs [0,300) but computes only [200,300): the receive's wait is not compute.
+    f0 = b[(b["stage"] == 1) & (b["phase"] == "F") & (b["microbatch"] == 0)].iloc[0]
+    assert (f0["end_us"] - f0["start_us"], f0["compute_us"]) == (100.0, 100.0)
+    r0, r1 = _row(s, 0), _row(s, 1)
+    # Stage 0: busy 100+100+100+90 (blocks) + 50 (optimizer) = 440 of 1000; fill [0,10); drain [800,1000) less the
+    # optimizer's 50; wait: [10,800) less the blocks' 390.
+    assert (r0["fwd_us"], r0["bwd_us"], r0["compute_us"], r0["other_busy_us"]) == (200.0, 190.0, 390.0, 50.0)
+    assert (r0["bubble_us"], r0["fill_us"], r0["wait_us"], r0["drain_us"]) == (560.0, 10.0, 400.0, 150.0)
+    assert r0["bubble_pct"] == pytest.approx(56.0)
+    # Stage 1: F 100+100, B 150+150; fill [0,200); wait [200,730) less 500; drain [730,1000).
+    assert (r1["fwd_us"], r1["bwd_us"], r1["bubble_us"]) == (200.0, 300.0, 500.0)
+    assert (r1["fill_us"], r1["wait_us"], r1["drain_us"]) == (200.0, 30.0, 270.0)
+    assert set(s.pipeline["schedule"]) == {"gpipe"} and set(s.pipeline["microbatches"]) == {2}
+    assert s.pipeline["theory_bubble_pct"].iloc[0] == pytest.approx(100 / 3)  # (p-1)/(m+p-1), p = m = 2
+    assert r1["imbalance_ratio"] == pytest.approx(500 / 390) and r0["imbalance_ratio"] == pytest.approx(390 / 500)
+
+
+def test_findings_name_the_bubble_and_the_heavy_stage(tmp_path):
+    found = {f.kind: f for f in _gpipe_run(tmp_path).findings}
+    bubble = found["pipeline_bubble"]
+    assert bubble.evidence["measured_bubble_pct"] == pytest.approx(53.0)  # (56 + 50) / 2
+    assert bubble.evidence["theory_bubble_pct"] == pytest.approx(100 / 3)
+    assert "not communication that overlap can hide" in bubble.recommendation
+    heavy = found["stage_imbalance"]
+    assert heavy.ranks == (1,) and heavy.evidence["stage"] == 1 and heavy.severity == "medium"
+    # (v*m + p - 1) slots x the per-microbatch excess: 3 x (500 - 390) / 2.
+    assert heavy.evidence["estimated_saving_us"] == pytest.approx(165.0)
+    assert "estimate" in heavy.message and "predicted_saving_us" not in heavy.evidence
+
+
+def test_1f1b_blocks_inferred_between_p2p_calls(tmp_path):
+    write_rank(tmp_path, 0, RANK0_OPS)
+    # The last stage of 1F1B: F0 then B0 with no transfer between. The targets' chunking before the first receive
+    # [1,3) is busy but no block: the stage has no input yet.
+    write_rank(tmp_path, 1, [cpu("aten::tensor_split", 1, 2), cpu("c10d::recv_", 5, 10), cpu("aten::linear", 200, 100),
+                         backward(300, 150), cpu("c10d::send", 450, 10), cpu("c10d::recv_", 460, 10),
+                         cpu("aten::linear", 500, 100), backward(600, 150), cpu("c10d::send", 750, 10)])
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    b = s.pipeline_blocks
+    assert set(b["source"]) == {"inferred"}
+    order = b[b["rank"] == 1].sort_values("start_us")
+    assert list(order["phase"] + order["microbatch"].astype(str)) == ["F0", "B0", "F1", "B1"]
+    assert list(order["start_us"]) == [200.0, 300.0, 500.0, 600.0]
+    r0, r1 = _row(s, 0), _row(s, 1)
+    assert (r0["fwd_us"], r0["bwd_us"], r0["bubble_us"], r0["wait_us"]) == (200.0, 190.0, 560.0, 400.0)
+    assert (r1["fwd_us"], r1["bwd_us"], r1["other_busy_us"]) == (200.0, 300.0, 2.0)
+    assert (r1["bubble_us"], r1["fill_us"], r1["wait_us"], r1["drain_us"]) == (498.0, 198.0, 50.0, 250.0)
+    assert set(s.pipeline["schedule"]) == {"1f1b"}
+
+
+def test_pp_actions_give_stages_and_exclude_the_receive_wait(tmp_path):
+    # One rank holding stages 0 and 2 (interleaved): PP:0F0 waits [0,60) for its input; SEND/RECV make no block.
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", [
+        step(1, 0, 400), annotation("PP:0RECV_F0", 0, 5), cpu("c10d::recv_", 0, 5), annotation("PP:0F0", 5, 95),
+        cpu("aten::linear", 60, 40), annotation("PP:0SEND_F0", 100, 0), annotation("PP:2F0", 100, 50),
+        cpu("aten::linear", 100, 50), annotation("PP:2B0", 150, 100), backward(170, 80), annotation("PP:0B0", 250, 50),
+        backward(250, 50)], rank=None, distributedInfo={"backend": "gloo", "rank": 0, "world_size": 1})
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    b = s.pipeline_blocks.sort_values("start_us")
+    assert list(b["stage"].astype(str) + b["phase"] + b["microbatch"].astype(str)) == ["0F0", "2F0", "2B0", "0B0"]
+    assert list(b["compute_us"]) == [40.0, 50.0, 80.0, 50.0] and set(b["source"]) == {"pp_action"}
+    r = s.pipeline.set_index("stage")
+    assert (r.loc[0, "fwd_us"], r.loc[0, "bwd_us"], r.loc[2, "fwd_us"], r.loc[2, "bwd_us"]) == (40.0, 50.0, 50.0, 80.0)
+    # The bubble is the rank's, on both its stages' rows: fill [0,60), wait [60,300) less 220, drain [300,400).
+    assert (r.loc[0, "fill_us"], r.loc[0, "wait_us"], r.loc[0, "drain_us"], r.loc[2, "bubble_us"]) == (60.0, 20.0, 100.0, 180.0)
+    assert set(s.pipeline["schedule"]) == {"interleaved"} and set(s.pipeline["stages_per_rank"]) == {2}
+
+
+def test_stage_from_the_pipeline_group():
+    mesh = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
+            {"pg_name": "1", "pg_desc": "mesh_pp", "ranks": [1, 3]}, {"pg_name": "2", "pg_desc": "mesh_dp", "ranks": [2, 3]}]
+    assert pipeline_position(mesh, 3) == (1, 2, "mesh_pp")
+    assert pipeline_position(PG, 1) == (1, 2, "default_pg")  # the only group: a pure pipeline run
+    assert pipeline_position(mesh[:1] + mesh[2:], 3) is None  # two groups, none named pp: unknown
+
+
+def test_theory_and_no_closed_form():
+    assert theory_bubble_pct("1f1b", 4, 1, 8) == pytest.approx(3 / 11 * 100)
+    assert theory_bubble_pct("gpipe", 2, 1, 2) == pytest.approx(100 / 3)
+    assert theory_bubble_pct("interleaved", 2, 2, 8) == pytest.approx(1 / 17 * 100)
+    assert math.isnan(theory_bubble_pct("zero_bubble", 4, 2, 8))
+
+
+def _tables(phases, layout=None):
+    """A one-rank, one-step pipeline of the given ``[(stage, phase, mb)]`` blocks, 10 us each, in that order."""
+    n = len(phases)
+    blocks = pd.DataFrame({"rank": 0, "stage": [p[0] for p in phases], "step": 1, "microbatch": [p[2] for p in phases],
+                           "phase": [p[1] for p in phases], "start_ns": np.arange(n) * 10_000,
+                           "end_ns": np.arange(n) * 10_000 + 10_000, "compute_us": 10.0, "source": "pp_action"})
+    rows = pd.DataFrame({"rank": [0], "stage": [0], "step": [1], "microbatches": [1], "fwd_us": [10.0], "bwd_us": [0.0],
+                         "compute_us": [10.0], "bubble_us": [0.0], "fill_us": [0.0], "drain_us": [0.0],
+                         "wait_us": [0.0], "bubble_pct": [0.0], "other_busy_us": [0.0], "step_us": [10.0 * n],
+                         "in_window": [True]})
+    return pipeline_tables(rows, blocks, {}, 0, layout)
+
+
+def test_order_agreement_with_run_json_and_zero_bubble_note():
+    intended = {"intended_schedule": {"0": ["0F0", "0SEND_F0", "0F1", "0B0", "0B1"]}, "schedule": "1f1b"}
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "B", 1), (0, "B", 0)], intended)
+    assert rows["order_agreement_pct"].iloc[0] == 50.0  # F0, F1 in place; B1, B0 swapped; SEND not a block
+    rows, _ = _tables([(0, "F", 0), (0, "I", 0), (0, "W", 0)])
+    assert rows["schedule"].iloc[0] == "zero_bubble" and math.isnan(rows["theory_bubble_pct"].iloc[0])
+    assert "no closed-form" in rows["note"].iloc[0] and math.isnan(rows["order_agreement_pct"].iloc[0])
+
+
+def test_no_pipeline_no_rows():
+    s = tracekit.summarize("sample_traces/gpt-gloo-2rank", cache=False, workers=1)
+    assert s.pipeline.empty and s.pipeline_blocks.empty
+    assert not {f.kind for f in s.findings} & {"pipeline_bubble", "stage_imbalance"}
+    assert "Pipeline:" not in str(s)
+    json.loads(s.to_json())  # the empty tables serialise

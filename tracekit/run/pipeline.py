@@ -1,0 +1,150 @@
+"""The run's pipeline: every rank's stage x step rows and blocks joined, the schedule that ran, its theory, the
+stages' imbalance, and the order torch intended (run.json's ``layout``, a cross-check only).
+
+The schedule is read from the blocks: W or I blocks: ``zero_bubble``; a rank holding several stages:
+``interleaved``; every rank running all its forwards before any backward (or GPipe's own annotations): ``gpipe``;
+else ``1f1b``. With p stages (v per rank) and m microbatches of equal time, the schedules' papers give the
+bubble's share of the step: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved; zero-bubble
+schedules have none in closed form (NaN, with a note).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.run.pipeschema import PIPELINE_BLOCK_COLUMNS, PIPELINE_COLUMNS
+
+_ACTION = re.compile(r"^(\d+)(F|B|I|W)(\d+)$")
+
+
+def of_ranks(results, shift: dict[int, int], origin_ns: int, workload=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``pipeline_tables`` of the ranks' results (``RankResult``), with the layout of ``workload`` (run.json)."""
+    layout = workload.extra.get("layout") if workload is not None else None
+    rows, blocks = ([r.pipeline for r in results if len(r.pipeline)], [r.pipeline_blocks for r in results
+                                                                          if len(r.pipeline_blocks)])
+    return pipeline_tables(pd.concat(rows, ignore_index=True) if rows else None,
+                           pd.concat(blocks, ignore_index=True) if blocks else None, shift, origin_ns,
+                           layout if isinstance(layout, dict) else None)
+
+
+def pipeline_tables(rows: pd.DataFrame, blocks: pd.DataFrame, shift: dict[int, int], origin_ns: int,
+                    layout: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(``summary.pipeline``, ``summary.pipeline_blocks``) from the ranks' stacked ``bubble.stage_steps`` rows and
+    ``pipeline.pipeline_blocks`` (absolute ns), put on the run's clock (``shift``, ``origin_ns``). ``layout``:
+    run.json's, or None."""
+    if rows is None or rows.empty or blocks is None or blocks.empty:
+        return _empty(PIPELINE_COLUMNS), _empty(PIPELINE_BLOCK_COLUMNS)
+    moved = blocks["rank"].map(shift).fillna(0).to_numpy(dtype=np.int64)
+    grid = blocks.assign(start_us=(blocks["start_ns"].to_numpy() - moved - origin_ns) / 1e3,
+                         end_us=(blocks["end_ns"].to_numpy() - moved - origin_ns) / 1e3)
+    grid = grid[list(PIPELINE_BLOCK_COLUMNS)].sort_values(["step", "stage", "start_us"], ignore_index=True)
+    facts = schedule_facts(grid)
+    out = rows.assign(schedule=facts["schedule"], stages=facts["stages"], stages_per_rank=facts["stages_per_rank"],
+                      theory_bubble_pct=theory_bubble_pct(facts["schedule"], facts["stages"],
+                                                          facts["stages_per_rank"], facts["microbatches"]))
+    out["imbalance_ratio"] = imbalance_ratio(out)
+    out["order_agreement_pct"] = _agreement(grid, out, layout)
+    out["note"] = _notes(out, layout)
+    return out[list(PIPELINE_COLUMNS)].sort_values(["step", "stage", "rank"], ignore_index=True), grid
+
+
+def schedule_facts(blocks: pd.DataFrame) -> dict:
+    """schedule, stages (p), stages_per_rank (v) and microbatches (m) of the run's blocks (``pipeline_blocks``)."""
+    known = blocks[blocks["stage"] >= 0]
+    v = int(known.groupby("rank")["stage"].nunique().max()) if len(known) else 1
+    n_stages = int(known["stage"].nunique())
+    m = int(known[known["phase"] == "F"].groupby(["step", "stage"])["microbatch"].nunique().median()) \
+        if (known["phase"] == "F").any() else 0
+    if blocks["phase"].isin(["I", "W"]).any():
+        schedule = "zero_bubble"
+    elif v > 1:
+        schedule = "interleaved"
+    elif (blocks["source"] == "gpipe_annotation").all() or _all_forward_first(blocks):
+        schedule = "gpipe"
+    else:
+        schedule = "1f1b"
+    return {"schedule": schedule, "stages": max(n_stages // max(v, 1), 1) if n_stages else 0, "stages_per_rank": v,
+            "microbatches": m}
+
+
+def _all_forward_first(blocks: pd.DataFrame) -> bool:
+    """Whether on every rank and step every forward starts before the first backward."""
+    last_f = blocks["start_us"].where(blocks["phase"] == "F").groupby([blocks["rank"], blocks["step"]]).max()
+    first_b = blocks["start_us"].where(blocks["phase"] != "F").groupby([blocks["rank"], blocks["step"]]).min()
+    both = pd.concat([last_f, first_b], axis=1).dropna()
+    return bool((both.iloc[:, 0] < both.iloc[:, 1]).all())
+
+
+def theory_bubble_pct(schedule: str, p: int, v: int, m: int) -> float:
+    """The schedule's bubble share of the step (%) for p stages, v per rank, m microbatches; NaN without a form.
+
+    >>> round(theory_bubble_pct("1f1b", 4, 1, 8), 2), round(theory_bubble_pct("interleaved", 2, 2, 8), 2)
+    (27.27, 5.88)
+    """
+    if p < 1 or m < 1 or schedule not in ("gpipe", "1f1b", "interleaved"):
+        return float("nan")
+    slots = (v if schedule == "interleaved" else 1) * m + p - 1
+    return (p - 1) / slots * 100
+
+
+def imbalance_ratio(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: its stage's compute in the step (mean over the ranks that run the stage) over the median of the
+    other stages'; NaN with one stage or none known."""
+    per = rows[rows["stage"] >= 0].groupby(["step", "stage"])["compute_us"].mean().reset_index()
+    ratio = pd.Series(np.nan, index=pd.MultiIndex.from_frame(per[["step", "stage"]]), dtype=np.float64)
+    for step, group in per.groupby("step"):  # a handful of steps, a few stages each
+        values = group["compute_us"].to_numpy()
+        for i, stage in enumerate(group["stage"].to_numpy()):
+            others = np.delete(values, i)
+            if len(others) and np.median(others) > 0:
+                ratio[(step, stage)] = values[i] / np.median(others)
+    keys = pd.MultiIndex.from_arrays([rows["step"], rows["stage"]])
+    return ratio.reindex(keys).to_numpy(dtype=np.float64)
+
+
+def _agreement(blocks: pd.DataFrame, rows: pd.DataFrame, layout: dict | None) -> np.ndarray:
+    """Per row: % of its rank's blocks of the step at the position run.json's intended order puts them."""
+    intended = (layout or {}).get("intended_schedule") if isinstance(layout, dict) else None
+    if not isinstance(intended, dict):
+        return np.full(len(rows), np.nan)
+    scores = {}
+    for (rank, step), group in blocks.sort_values("start_us").groupby(["rank", "step"]):  # one per rank and step
+        want = [a for a in intended.get(str(rank), []) if isinstance(a, str) and _ACTION.match(a)]
+        ran = (group["stage"].astype(str) + group["phase"] + group["microbatch"].astype(str)).tolist()
+        if want:
+            same = sum(a == b for a, b in zip(want, ran))
+            scores[(rank, step)] = same / max(len(want), len(ran)) * 100
+    keys = list(zip(rows["rank"], rows["step"]))
+    return np.array([scores.get(k, np.nan) for k in keys], dtype=np.float64)
+
+
+def _notes(rows: pd.DataFrame, layout: dict | None) -> list[str]:
+    """Per row: why its theory or stage is unknown, and where run.json's layout disagrees."""
+    notes = [[] for _ in range(len(rows))]
+    schedule = rows["schedule"].to_numpy()
+    stage, rank = rows["stage"].to_numpy(), rows["rank"].to_numpy()
+    layout = layout if isinstance(layout, dict) else {}
+    # stage -> global ranks; stage_to_rank is the place along the pipeline dimension, a rank only when pp is alone
+    to_ranks = layout.get("stage_to_global_ranks")
+    if not isinstance(to_ranks, dict) and isinstance(layout.get("stage_to_rank"), dict) and \
+            set((layout.get("mesh") or {"pp": 0}).keys()) <= {"pp"}:
+        to_ranks = {k: [r] for k, r in layout["stage_to_rank"].items()}
+    intended = layout.get("schedule")
+    for i in range(len(rows)):  # a few rows per step
+        if schedule[i] == "zero_bubble":
+            notes[i].append("zero-bubble schedule: no closed-form bubble to compare with")
+        if stage[i] < 0:
+            notes[i].append("stage unknown: no PP: action names it and no pipeline group in pg_config")
+        elif isinstance(to_ranks, dict) and isinstance(to_ranks.get(str(stage[i])), list) \
+                and rank[i] not in to_ranks[str(stage[i])]:
+            notes[i].append(f"run.json puts stage {stage[i]} on rank(s) {to_ranks[str(stage[i])]}")
+        if isinstance(intended, str) and intended not in (schedule[i], "zbv" if schedule[i] == "zero_bubble" else ""):
+            notes[i].append(f"run.json's schedule is {intended}; the blocks read as {schedule[i]}")
+    return ["; ".join(n) for n in notes]
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame(columns=list(columns))
