@@ -45,13 +45,14 @@ MIN_WAIT_GAP_NS = 100_000
 WAIT_TOLERANCE = 0.10
 _ENQUEUE = re.compile(r"^c10d::(?!wait)")
 _HOST_CATS = ("cpu_op", "user_annotation", "python_function")
-GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c != "group"]  # per rank; the run graph adds group
+GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c not in ("group", "pair_src")]  # the run graph adds these
 
 
-def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame | None = None,
+               p2p: pd.DataFrame | None = None) -> pd.DataFrame:
     """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events,
-    its collectives table (``collective_table``, with ``row``; ``coll`` is a row position in it) and its steps
-    (``steps.step_table``; None: the trace's own)."""
+    its collectives table (``collective_table``, with ``row``; ``coll`` is a row position in it), its steps
+    (``steps.step_table``; None: the trace's own) and its P2P calls (``p2p.split_p2p``; ``p2p`` a row position)."""
     if events.empty:
         return empty_graph()
     rank = int(events["rank"].iloc[0])
@@ -151,7 +152,8 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         pe[int(np.flatnonzero(node_rows == _END_ROW)[0])] = int(position[end_bound])
     del position, node_rows
     out = nodes.assign(ps=ps, pe=pe, dr=_drains(nodes) if on_gpu else -1,
-                       coll=collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
+                       coll=collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0),
+                       p2p=collective_rows(nodes, p2p) if p2p is not None else -1)
     del nodes, ps, pe, busy  # ``out`` holds what is kept; the columns replaced below end with it
     out["lane"] = pd.factorize(out["lane"])[0].astype(np.int32)
     out["cat"] = pd.Categorical(out["cat"], categories=list(NODE_CATS))
