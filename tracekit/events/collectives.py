@@ -112,6 +112,7 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
         "pg_desc": meta["pg_desc"].to_numpy(),
         "peer": meta["peer"].to_numpy(dtype=float),
         "peer_local": meta["peer_local"].to_numpy(dtype=float),
+        "posted_ns": meta["posted_ns"].to_numpy(dtype=float),
         "seq": meta["seq"].to_numpy(),
         "start_ns": calls["ts_ns"].to_numpy(),
         "dur_us": dur_us,
@@ -161,7 +162,9 @@ def _metadata(events, comm_args, calls) -> pd.DataFrame:
     for f in ("pg", "pg_desc", "peer", "seq", "in_nelems", "out_nelems", "dtype", "group_size"):
         merged[f] = _first(*(src[f] for src in sources))
     # gloo's send/recv annotation starts inside the c10d op that posted it, on its thread: the peer is that op's.
-    merged["peer_local"] = _first(own["peer_local"], _posted_by(events, comm_args, calls)["peer_local"])
+    posted = _posted_by(events, comm_args, calls)
+    merged["peer_local"] = _first(own["peer_local"], posted["peer_local"])
+    merged["posted_ns"] = posted["posted_ns"]
     # Input Dims: the first tensor is the input everywhere but in c10d's ops, whose *_base_ forms take
     # (output, input) and whose others take tensor lists (sizes not recorded).
     output_first = launcher["name"].astype(str).str.match(OUTPUT_FIRST_OP.pattern).to_numpy()
@@ -184,18 +187,20 @@ _POSTS = re.compile(r"^c10d::(?:send|recv_)$")
 
 
 def _posted_by(events, comm_args, calls) -> pd.DataFrame:
-    """Comm args of the ``c10d::send``/``c10d::recv_`` op that holds each call's own start on its thread (gloo
-    P2P annotations have no launch); NaN rows where none."""
-    result = pd.DataFrame(index=calls.index, columns=["peer_local"], dtype=float)
+    """The ``c10d::send``/``c10d::recv_`` op that holds each call's own start (or ends there) on its thread (gloo P2P annotations
+    have no launch): its peer (``peer_local``) and start (``posted_ns``: the call was posted then); NaN where none."""
+    result = pd.DataFrame(index=calls.index, columns=["peer_local", "posted_ns"], dtype=float)
     names = events["name"].cat.categories
     wanted = names[np.fromiter((_POSTS.search(n) is not None for n in names), dtype=bool, count=len(names))]
     spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
     if len(spans) == 0 or len(calls) == 0:
         return result
-    span_row = enclosing_span(launch_points(events, events.index.get_indexer(calls.index)), spans)
+    points = launch_points(events, events.index.get_indexer(calls.index))
+    span_row = enclosing_span(points.assign(ts_ns=points["ts_ns"] - 1), spans)  # inside it, or as it ends
     found = span_row >= 0
     args = comm_args.set_index("row").reindex(span_row[found])
     result.loc[calls.index[found], "peer_local"] = args["peer_local"].to_numpy(dtype=float)
+    result.loc[calls.index[found], "posted_ns"] = events["ts_ns"].to_numpy()[span_row[found]].astype(float)
     return result
 
 

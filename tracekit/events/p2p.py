@@ -17,6 +17,8 @@ from tracekit import intervals as iv
 P2P_OPS = ("send", "recv")
 P2P_OP_COLUMNS = ["rank", "step", "op", "pg", "pg_desc", "peer", "peer_local", "start_ns", "dur_us", "bytes", "dtype",
                   "name", "row"]
+# A gloo P2P annotation (``gloo:send``) begins as the c10d op that posts it ends (posting can take ms on a loaded host):
+# the call starts when it was posted, the op's start (``posted_ns``).
 
 
 def split_p2p(calls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -25,6 +27,12 @@ def split_p2p(calls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     p2p = calls["op"].astype(str).isin(P2P_OPS).to_numpy()
     ops = calls.loc[p2p, P2P_OP_COLUMNS].reset_index(drop=True)
     ops["op"] = ops["op"].astype(str)
+    posted = calls.loc[p2p, "posted_ns"].to_numpy(dtype=float)
+    start = ops["start_ns"].to_numpy()
+    earlier = np.isfinite(posted) & (posted < start)
+    begin = np.where(earlier, posted, start).astype(np.int64)
+    ops["dur_us"] = ops["dur_us"].to_numpy() + (start - begin) / 1e3
+    ops["start_ns"] = begin
     return calls[~p2p].reset_index(drop=True), ops
 
 

@@ -103,7 +103,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
 
     calls, p2p = split_p2p(collective_table(events, comm_args, _pg_sizes(meta)))
     p2p["in_window"] = _in_window(p2p["step"], steps, kept, config)
-    collectives = calls.drop(columns=["row", "peer", "peer_local"])
+    collectives = calls.drop(columns=["row", "peer", "peer_local", "posted_ns"])
     collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)
     fsdp = fsdp_unit_table(events, calls, comm_args, device_rank)
     fsdp["in_window"] = _in_window(fsdp["step"], steps, kept, config)

@@ -7,7 +7,8 @@ Nodes: device events (kernels, memcpys, memsets; on CPU-only ranks the training 
 collectives), the host calls that matter for time (launches, synchronizations, the DataLoader, the innermost ops of
 the training thread), one zero-length marker per step start (``ProfilerStep``, or the step annotations
 ``tracekit.events.steps`` finds) and one where the last step ends (``tracekit.rank.markers``). Each node lies on one
-*lane* (a host thread, a GPU stream, a gloo thread) and lanes run their nodes in order.
+*lane* (a host thread, a GPU stream, a gloo thread) and lanes run their nodes in order; a gloo send/recv span (async,
+overlapping its thread's later ops) has a lane of its own.
 
 Edges (node columns, -1 when absent):
   lane order   implicit: a node starts after the one before it on its lane ends
@@ -126,6 +127,9 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         added.append(marker)
     nodes = pd.concat([nodes, *added], ignore_index=True)
     del added
+    if not on_gpu and p2p is not None and len(p2p):  # gloo's async P2P spans overlap the thread's later ops
+        own = np.flatnonzero(np.isin(nodes["row"].to_numpy(), p2p["row"].to_numpy()))
+        nodes.loc[own, "lane"] = -2 - nodes["row"].to_numpy()[own]  # a lane of its own each
     nodes["name"] = nodes["name"].cat.remove_unused_categories()
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
     nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
