@@ -18,7 +18,8 @@ P2P_OPS = ("send", "recv")
 P2P_OP_COLUMNS = ["rank", "step", "op", "pg", "pg_desc", "peer", "peer_local", "start_ns", "dur_us", "bytes", "dtype",
                   "name", "row"]
 # A gloo P2P annotation (``gloo:send``) begins as the c10d op that posts it ends (posting can take ms on a loaded host):
-# the call starts when it was posted, the op's start (``posted_ns``).
+# the call starts when it was posted, the op's start (``posted_ns``); ``event_ns`` keeps the span's own start (the
+# breakdown's communication event).
 
 
 def split_p2p(calls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -33,6 +34,7 @@ def split_p2p(calls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     begin = np.where(earlier, posted, start).astype(np.int64)
     ops["dur_us"] = ops["dur_us"].to_numpy() + (start - begin) / 1e3
     ops["start_ns"] = begin
+    ops["event_ns"] = start
     return calls[~p2p].reset_index(drop=True), ops
 
 

@@ -56,11 +56,12 @@ def _calls(collectives: pd.DataFrame, rank) -> pd.DataFrame:
 
 
 def _p2p(ops: pd.DataFrame, arrive: tuple[np.ndarray, np.ndarray], rank) -> pd.DataFrame:
-    """The rank's P2P calls in the window: ``_s``/``_e`` the call, ``_a``/``_d`` its transfer."""
+    """The rank's P2P calls in the window: ``_s``/``_e`` the call's communication event (a gloo span begins after the
+    op that posted it: that op is no communication event of the breakdown), ``_a``/``_d`` its transfer."""
     keep = (ops["rank"] == rank).to_numpy() & ops["in_window"].astype(bool).to_numpy()
     mine = ops[keep]
-    start = mine["start_ns"].to_numpy(dtype=np.int64)
-    end = start + np.rint(mine["dur_us"].to_numpy(dtype=float) * 1e3).astype(np.int64)
+    end = mine["start_ns"].to_numpy(dtype=np.int64) + np.rint(mine["dur_us"].to_numpy(dtype=float) * 1e3).astype(np.int64)
+    start = mine["event_ns"].to_numpy(dtype=np.int64) if "event_ns" in mine else mine["start_ns"].to_numpy(np.int64)
     a = np.minimum(np.maximum(arrive[0][keep], start), end)
     return mine.assign(_s=start, _e=end, _a=a, _d=np.clip(arrive[1][keep], a, end))
 

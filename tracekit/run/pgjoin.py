@@ -26,7 +26,7 @@ def join(results, collectives: pd.DataFrame, steps: pd.DataFrame, shift: dict[in
     """``results``: the ranks' ``RankResult``s in rank order; ``collectives`` and ``steps`` on the corrected clock
     (absolute ``start_ns``), ``collectives`` with ``match_id``."""
     groups = pgdims.group_table(r.meta.pg_config for r in results)
-    calls = _stacked([r.p2p for r in results], P2P_OP_COLUMNS + ["in_window"], shift)
+    calls = _stacked([r.p2p for r in results], P2P_OP_COLUMNS + ["in_window", "event_ns"], shift)
     overlap = _stacked([r.comm_overlap for r in results], ["rank", "start_ns", "end_ns"], shift)
     if len(overlap):
         overlap = overlap.assign(end_ns=overlap["end_ns"] - overlap["rank"].map(shift).fillna(0).astype(np.int64))
@@ -57,4 +57,5 @@ def _stacked(frames: list[pd.DataFrame], columns: list[str], shift: dict[int, in
         return pd.DataFrame({c: pd.Series(dtype=np.int64 if c.endswith("_ns") or c in ("rank", "row", "step") else object)
                              for c in columns}).astype({"in_window": bool} if "in_window" in columns else {})
     out = pd.concat(parts, ignore_index=True)
-    return out.assign(start_ns=out["start_ns"] - out["rank"].map(shift).fillna(0).astype(np.int64))
+    moved = out["rank"].map(shift).fillna(0).astype(np.int64)
+    return out.assign(**{c: out[c] - moved for c in ("start_ns", "event_ns") if c in out})
