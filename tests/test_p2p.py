@@ -173,3 +173,45 @@ def test_real_pipeline_runs_pair_every_send_and_carry_the_activations(run):
     step_us = s.steps.set_index(["rank", "step"])["step_us"]
     assert len(path) and np.allclose(path, [step_us[(r, n)] for n, r in ends.items()], rtol=0, atol=1.0)
     assert (cp.groupby("step")["rank"].nunique() == 2).all() if layout["num_stages"] == 2 else cp["rank"].nunique() > 1
+
+
+def test_gloo_collectives_take_their_group_from_what_enqueued_them(tmp_path):
+    """gloo names no group: a c10d op under DTensor's Redistribute runs in the rank's mesh_tp group, one under an
+    FSDP:: annotation in its data-parallel group (mesh_dp, whose FSDP use makes it fsdp); a broadcast under neither
+    stays unknown: its ranks 0, 1, 2 are no group's (rank 3, in the default group, was not read). Ranks 0, 1 share tp group 3; ranks 0, 2 dp group 1; so the two calls match on different ranks."""
+    groups = {0: [("0", "default_pg", [0, 1, 2, 3]), ("1", "mesh_dp", [0, 2]), ("3", "mesh_tp", [0, 1])],
+              1: [("0", "default_pg", [0, 1, 2, 3]), ("2", "mesh_dp", [1, 3]), ("3", "mesh_tp", [0, 1])],
+              2: [("0", "default_pg", [0, 1, 2, 3]), ("1", "mesh_dp", [0, 2]), ("4", "mesh_tp", [2, 3])]}
+    for rank, mine in groups.items():
+        events = [step(1, 0, 1000), cpu("Redistribute", 100, 100), cpu("c10d::allreduce_", 110, 20),
+                  cpu("gloo:all_reduce", 120, 50, cat="user_annotation", tid=9, **F32),
+                  cpu("FSDP::all_gather (blocks.0)", 300, 100, cat="user_annotation"),
+                  cpu("c10d::_allgather_base_", 310, 20),
+                  cpu("gloo:all_gather", 320, 50, cat="user_annotation", tid=9, **F32),
+                  cpu("c10d::broadcast_", 500, 20), cpu("gloo:broadcast", 510, 20, cat="user_annotation", tid=9, **F32)]
+        write_rank(tmp_path / f"rank-{rank}.json", events, rank, mine, world_size=4)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    c = s.collectives.sort_values(["rank", "start_us"])
+    assert c[["rank", "op", "pg", "pg_desc", "dim"]].astype(str).values.tolist() == [
+        ["0", "all_reduce", "3", "mesh_tp", "tp"], ["0", "all_gather", "1", "mesh_dp", "fsdp"],
+        ["0", "broadcast", "nan", "nan", "unknown"],
+        ["1", "all_reduce", "3", "mesh_tp", "tp"], ["1", "all_gather", "2", "mesh_dp", "fsdp"],
+        ["1", "broadcast", "nan", "nan", "unknown"],
+        ["2", "all_reduce", "4", "mesh_tp", "tp"], ["2", "all_gather", "1", "mesh_dp", "fsdp"],
+        ["2", "broadcast", "nan", "nan", "unknown"]]
+    # Matched within their groups: the tp call of ranks 0 and 1, the gather of ranks 0 and 2.
+    assert c.groupby("match_id")["rank"].agg(lambda r: tuple(sorted(r))).value_counts().to_dict() == {
+        (0, 1): 1, (0, 2): 1, (0, 1, 2): 1, (1,): 1, (2,): 1}
+
+
+@pytest.mark.skipif(not (RUNS / "READY").exists(), reason="the real runs are not on this machine")
+def test_real_tensor_parallel_counts_per_step_are_commdebugmode_s():
+    layout = json.loads((RUNS / "tp-fsdp-4rank" / "run.json").read_text())["layout"]
+    s = tracekit.summarize(RUNS / "tp-fsdp-4rank", cache=False)
+    c = s.collectives[s.collectives["in_window"]]
+    per_step = c.groupby(["rank", "step", "dim", "op"], observed=True).size().groupby(["dim", "op"]).agg(set)
+    assert per_step[("tp", "all_reduce")] == {layout["comm_debug_counts"]["tp"]["all_reduce"]}
+    assert per_step[("fsdp", "all_gather")] == {layout["comm_debug_counts"]["fsdp"]["all_gather"]}
+    # gloo runs FSDP2's reduce-scatter as an all_reduce (annotated gloo:all_reduce)
+    assert per_step[("fsdp", "all_reduce")] == {layout["comm_debug_counts"]["fsdp"]["reduce_scatter"]}
+    assert s.mismatches.empty

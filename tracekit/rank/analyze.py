@@ -25,6 +25,7 @@ from tracekit.events.collectives import collective_table
 from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
 from tracekit.events.p2p import overlap_intervals, split_p2p
+from tracekit.events.pgctx import with_groups
 from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.events.kernels import kernel_table
@@ -102,6 +103,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     dev = metrics.in_window(dev_all, steps, config.window)
 
     calls, p2p = split_p2p(collective_table(events, comm_args, _pg_sizes(meta)))
+    calls = with_groups(events, calls, meta.pg_config)  # gloo names no group: what enqueued the call says
     p2p["in_window"] = _in_window(p2p["step"], steps, kept, config)
     collectives = calls.drop(columns=["row", "peer", "peer_local", "posted_ns"])
     collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)

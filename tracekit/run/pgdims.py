@@ -9,7 +9,8 @@ group whose ranks are exactly the ranks the call was matched on (``tracekit.run.
      ``fsdp_*`` fsdp, ``pp_*`` pp, ``tp_*``/``ep_*``/``cp_*``/``dp_*`` theirs; any other description but
      ``default_pg``/``undefined`` is its own label;
   2. what its calls do, as evidence beside that: send/recv -> pp; all_gather/reduce_scatter on a run with FSDP's
-     units -> fsdp; all_reduce on a DDP run -> dp (``evidence``);
+     units -> fsdp; all_reduce on a DDP run -> dp (``evidence``); a generic data-parallel group (``mesh_dp``) takes
+     these labels when its calls give any;
   3. else ``unknown``.
 A group whose calls show two purposes carries both, joined by ``+`` in name order (``dp+fsdp``): every call of that
 group then has that label.
@@ -91,5 +92,7 @@ def label_dims(pg: pd.Series, pg_desc: pd.Series, hint: np.ndarray) -> np.ndarra
     per_group = (frame.dropna(subset=["pg", "hint"]).groupby("pg")["hint"]
                  .agg(lambda h: "+".join(sorted(set(h)))))
     from_group = key.map(per_group).to_numpy(dtype=object)
-    out = np.where(pd.notna(own), own, np.where(pd.notna(from_group), from_group, hint))
+    # Generic data parallelism (mesh_dp) is refined by what its calls do: FSDP's gathers make it fsdp.
+    refined = np.where((own == "dp") & pd.notna(from_group), from_group, own)
+    out = np.where(pd.notna(refined), refined, np.where(pd.notna(from_group), from_group, hint))
     return np.where(pd.isna(out), "unknown", out).astype(object)

@@ -39,6 +39,10 @@ def join(results, collectives: pd.DataFrame, steps: pd.DataFrame, shift: dict[in
     fsdp_run = any(len(r.fsdp) for r in results)
     ddp_run = any(bool(r.breakdown["ddp"].fillna(False).any()) for r in results if "ddp" in r.breakdown)
     hint = pgdims.evidence(collectives["op"], fsdp_run, ddp_run)
+    if "context" in collectives:  # what enqueued a gloo call (events.pgctx) is evidence first
+        context = collectives["context"].to_numpy(dtype=object)
+        hint = np.where(pd.notna(context), context, hint)
+        collectives = collectives.drop(columns="context")
     at = collectives.columns.get_loc("pg_desc")
     collectives = collectives.assign(pg_desc=inferred["pg_desc"].to_numpy())
     collectives.insert(at + 1, "dim", pgdims.label_dims(inferred["pg"], inferred["pg_desc"], hint))
