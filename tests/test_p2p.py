@@ -192,13 +192,13 @@ def test_gloo_collectives_take_their_group_from_what_enqueued_them(tmp_path):
         write_rank(tmp_path / f"rank-{rank}.json", events, rank, mine, world_size=4)
     s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
     c = s.collectives.sort_values(["rank", "start_us"])
-    assert c[["rank", "op", "pg", "pg_desc", "dim"]].astype(str).values.tolist() == [
+    assert c[["rank", "op", "pg", "pg_desc", "dim"]].fillna("-").astype(str).values.tolist() == [
         ["0", "all_reduce", "3", "mesh_tp", "tp"], ["0", "all_gather", "1", "mesh_dp", "fsdp"],
-        ["0", "broadcast", "nan", "nan", "unknown"],
+        ["0", "broadcast", "-", "-", "unknown"],
         ["1", "all_reduce", "3", "mesh_tp", "tp"], ["1", "all_gather", "2", "mesh_dp", "fsdp"],
-        ["1", "broadcast", "nan", "nan", "unknown"],
+        ["1", "broadcast", "-", "-", "unknown"],
         ["2", "all_reduce", "4", "mesh_tp", "tp"], ["2", "all_gather", "1", "mesh_dp", "fsdp"],
-        ["2", "broadcast", "nan", "nan", "unknown"]]
+        ["2", "broadcast", "-", "-", "unknown"]]
     # Matched within their groups: the tp call of ranks 0 and 1, the gather of ranks 0 and 2.
     assert c.groupby("match_id")["rank"].agg(lambda r: tuple(sorted(r))).value_counts().to_dict() == {
         (0, 1): 1, (0, 2): 1, (0, 1, 2): 1, (1,): 1, (2,): 1}
