@@ -100,7 +100,7 @@ def _rank_lines(ranks: pd.DataFrame) -> str:
         "compute": [share(a, b) for a, b in zip(ranks["compute_us"], ranks["span_us"])],
         "exposed comm": [share(a, b) for a, b in zip(ranks["exposed_comm_us"], ranks["span_us"])],
         **({"p2p wait": [share(a, b) for a, b in zip(ranks["p2p_wait_us"], ranks["span_us"])]}
-           if (ranks["p2p_wait_us"] > 0).any() else {}),
+           if "p2p_wait_us" in ranks and (ranks["p2p_wait_us"] > 0).any() else {}),
         "memory": [share(a, b) for a, b in zip(ranks["memory_us"], ranks["span_us"])],
         "idle": [share(a, b) for a, b in zip(ranks["idle_us"], ranks["span_us"])],
         "comm overlapped %": ranks["overlap_pct"].map(pct),

@@ -12,7 +12,7 @@ from tracekit.fmt import mb, ms
 
 def model_parallel_lines(comm_by_dim: pd.DataFrame, p2p: pd.DataFrame) -> list[str]:
     """The two sections, or nothing for a run with one dimension and no P2P call."""
-    if p2p.empty and comm_by_dim["dim"].nunique() <= 1:
+    if p2p.empty and (comm_by_dim.empty or comm_by_dim["dim"].nunique() <= 1):
         return []
     lines = []
     if len(comm_by_dim):
