@@ -215,3 +215,20 @@ def test_real_tensor_parallel_counts_per_step_are_commdebugmode_s():
     # gloo runs FSDP2's reduce-scatter as an all_reduce (annotated gloo:all_reduce)
     assert per_step[("fsdp", "all_reduce")] == {layout["comm_debug_counts"]["fsdp"]["reduce_scatter"]}
     assert s.mismatches.empty
+
+
+def test_exposed_communication_finding_names_the_pipeline_and_not_its_waits():
+    from tracekit.findings.comm_findings import by_dimension
+    from tracekit.findings.finding import Finding
+
+    found = (Finding("exposed_comm", "high", (1,), "Communication not hidden under compute takes up to 30%.",
+                     "Overlap communication with compute and prefer fewer, larger collectives.",
+                     {"op_shares": {}}),)
+    dims = pd.DataFrame({"rank": [1, 1, 2], "dim": ["pp", "tp", "pp"], "calls": [8, 4, 8],
+                         "comm_us": [300.0, 100.0, 50.0], "exposed_us": [300.0, 100.0, 50.0], "bytes": [1.0, 1, 1]})
+    (f,) = by_dimension(found, dims)
+    assert "pp 75%, tp 25% of the exposed communication" in f.message and "bubble, p2p_wait_us" in f.message
+    assert f.recommendation.startswith("send / recv (pipeline stages)")
+    # A data-parallel run's finding stays as it was.
+    ddp = dims.assign(dim=["dp", "unknown", "dp"])
+    assert by_dimension(found, ddp) == found

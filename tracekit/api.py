@@ -18,7 +18,7 @@ from tracekit.run import commdims, crossrank, pgjoin
 from tracekit.run import whatruns
 from tracekit.findings import capture
 from tracekit.findings.finding import trains
-from tracekit.findings import checks as findings
+from tracekit.findings import checks as findings, comm_findings
 from tracekit.findings import fsdp_findings
 from tracekit.findings import memory_findings
 from tracekit.findings import order
@@ -191,8 +191,8 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                      straggler_suspicions=crossrank.verdict(evidence, "suspected"))
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches, p2p=joined.p2p,
-                   comm_by_dim=joined.comm_by_dim,
-                   findings=memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
+                   comm_by_dim=joined.comm_by_dim, findings=memory_findings.merged(fsdp_findings.merged(
+                       comm_findings.by_dimension(findings.find(ranks, collectives, slow, run), joined.comm_by_dim),
                                                                         fsdp, steps, ranks), tables["memory"], steps,
                                                    training=trains(ranks)),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, **tables)
