@@ -92,9 +92,9 @@ def pair(ops: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def p2p_table(ops: pd.DataFrame, peers: pd.DataFrame, pairs: pd.DataFrame, held_steps: set, read_ranks: set,
+def p2p_table(ops: pd.DataFrame, peers: pd.DataFrame, pairs: pd.DataFrame, held_steps: pd.DataFrame, read_ranks: set,
               origin_ns: int) -> pd.DataFrame:
-    """``summary.p2p`` (``schema.P2P_COLUMNS``) from ``pair``'s rows; ``held_steps``: the (rank, step) each trace
+    """``summary.p2p`` (``P2P_COLUMNS``) from ``pair``'s rows; ``held_steps``: the (rank, step) each trace
     holds; times in us from ``origin_ns`` on the corrected clock. ``send_op``/``recv_op`` keep ``pair``'s positions."""
     s, r = pairs["send"].to_numpy(), pairs["recv"].to_numpy()
     start, dur_ns = ops["start_ns"].to_numpy(dtype=float), ops["dur_us"].to_numpy(dtype=float) * 1e3
@@ -111,8 +111,11 @@ def p2p_table(ops: pd.DataFrame, peers: pd.DataFrame, pairs: pd.DataFrame, held_
     dims = np.array([dim_of_desc(d) or "pp" for d in desc[either]], dtype=object)
     lone_peer = np.where(s >= 0, pairs["dst_rank"].to_numpy(), pairs["src_rank"].to_numpy())
     step = pairs["step"].to_numpy()
-    cut = ~both & np.array([not np.isnan(p) and (int(p) not in read_ranks or (st >= 0 and (int(p), st)
-                            not in held_steps)) for p, st in zip(lone_peer, step)], dtype=bool)
+    held = pd.MultiIndex.from_frame(held_steps[["rank", "step"]].astype(np.int64))
+    peer_steps = pd.MultiIndex.from_arrays([np.nan_to_num(lone_peer, nan=-1).astype(np.int64), step.astype(np.int64)])
+    peer_known = ~np.isnan(lone_peer)
+    cut = ~both & peer_known & (~np.isin(np.nan_to_num(lone_peer, nan=-1), list(read_ranks))
+                                | ((step >= 0) & ~peer_steps.isin(held)))
     table = pd.DataFrame({
         "src_rank": pairs["src_rank"].to_numpy(), "dst_rank": pairs["dst_rank"].to_numpy(), "step": step,
         "pg": pg[either], "dim": dims, "pair_index": 0,
@@ -135,18 +138,21 @@ def p2p_table(ops: pd.DataFrame, peers: pd.DataFrame, pairs: pd.DataFrame, held_
 
 def p2p_mismatches(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     """The unmatched calls of ``p2p_table`` as ``mismatches`` rows (kind ``p2p_unmatched``), each with its reason."""
-    lone = table[table["status"] == "unmatched"]
-    rows = []
-    for row in lone.itertuples(index=False):  # unmatched calls only: none on a healthy run
-        send = row.send_op >= 0
-        op = ops.iloc[row.send_op if send else row.recv_op]
-        peer = row.dst_rank if send else row.src_rank
-        if np.isnan(peer):
-            reason = "its peer is unknown (no Dst/Src Rank, and no group maps its Concrete Inputs peer)"
-        else:
-            reason = (f"no {'recv' if send else 'send'} on rank {int(peer)} for its "
-                      f"{'send' if send else 'recv'} #{row.pair_index} to {'rank ' + str(int(peer)) if send else 'it'}")
-        rows.append({"kind": "p2p_unmatched", "pg": "?" if pd.isna(row.pg) else str(row.pg), "op": op["op"],
-                     "position": f"step {int(row.step)}" if row.step >= 0 else "outside steps",
-                     "ranks": [int(op["rank"])], "detail": reason, "match_id": -1})
-    return pd.DataFrame(rows, columns=list(MISMATCH_COLUMNS))
+    lone = table[(table["status"] == "unmatched").to_numpy()]
+    send = (lone["send_op"] >= 0).to_numpy()
+    row = np.where(send, lone["send_op"].to_numpy(), lone["recv_op"].to_numpy())
+    peer = pd.Series(np.where(send, lone["dst_rank"], lone["src_rank"]))
+    known = peer.notna().to_numpy()
+    peer_text = peer.fillna(-1).astype(np.int64).astype(str)
+    index = lone["pair_index"].astype(str).to_numpy()
+    said = np.where(send, "no recv on rank " + peer_text + " for its send #" + index + " to rank " + peer_text,
+                    "no send on rank " + peer_text + " for its recv #" + index + " from rank " + peer_text)
+    step = lone["step"].to_numpy()
+    return pd.DataFrame({
+        "kind": "p2p_unmatched", "pg": lone["pg"].astype(object).where(lone["pg"].notna(), "?").astype(str).to_numpy(),
+        "op": np.where(send, "send", "recv"),
+        "position": np.where(step >= 0, "step " + pd.Series(step).astype(str), "outside steps"),
+        "ranks": [[int(r)] for r in ops["rank"].to_numpy()[row]],
+        "detail": np.where(known, said, "its peer is unknown (no Dst/Src Rank, and no group maps its Concrete Inputs "
+                           "peer)"),
+        "match_id": -1}, columns=list(MISMATCH_COLUMNS))

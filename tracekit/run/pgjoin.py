@@ -32,7 +32,7 @@ def join(results, collectives: pd.DataFrame, steps: pd.DataFrame, shift: dict[in
         overlap = overlap.assign(end_ns=overlap["end_ns"] - overlap["rank"].map(shift).fillna(0).astype(np.int64))
     peers = pairs_of.resolve_peers(calls, groups)
     pairs = pairs_of.pair(calls, peers)
-    held = set(zip(steps["rank"].astype(int), steps["step"].astype(int)))
+    held = steps[["rank", "step"]]
     ranks = [r.meta.rank for r in results]
     table = pairs_of.p2p_table(calls, peers, pairs, held, set(ranks), origin_ns)
     inferred = pgdims.infer_groups(collectives, groups)
