@@ -232,3 +232,26 @@ def test_exposed_communication_finding_names_the_pipeline_and_not_its_waits():
     # A data-parallel run's finding stays as it was.
     ddp = dims.assign(dim=["dp", "unknown", "dp"])
     assert by_dimension(found, ddp) == found
+
+
+def test_communication_page_shows_dims_and_pairs(tmp_path, monkeypatch):
+    """The viewer's Communication page on a pipeline run without collectives: the dims table and the pairs."""
+    pytest.importorskip("streamlit")
+    import sys
+
+    from streamlit.testing.v1 import AppTest
+    from viewer_runs import REPO
+
+    run = tmp_path / "runs" / "pp"
+    r0 = [step(1, 0, 1000), cpu("aten::mm", 0, 90), *gloo_p2p("send", 100, 10, 400, 1)]
+    r1 = [step(1, 0, 1000), *gloo_p2p("recv", 70, 10, 200, 0), cpu("aten::mm", 210, 180)]
+    write_rank(run / "rank-0.json", r0, 0, DEFAULT)
+    write_rank(run / "rank-1.json", r1, 1, DEFAULT)
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(tmp_path / "runs")])
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=60)
+    at.query_params.update({"run": "runs/pp", "page": "communication"})
+    at.run()
+    assert not at.exception, at.exception[0].value if at.exception else ""
+    tables = [d.value for d in at.dataframe]
+    assert "dim" in tables[0].columns and set(tables[0]["dim"]) == {"pp"}
+    assert tables[1]["status"].tolist() == ["matched"] and tables[1]["recv_wait_ms"].tolist() == [0.03]
