@@ -255,3 +255,10 @@ def test_communication_page_shows_dims_and_pairs(tmp_path, monkeypatch):
     tables = [d.value for d in at.dataframe]
     assert "dim" in tables[0].columns and set(tables[0]["dim"]) == {"pp"}
     assert tables[1]["status"].tolist() == ["matched"] and tables[1]["recv_wait_ms"].tolist() == [0.03]
+
+
+def test_without_pg_config_the_local_peer_is_the_global_rank(tmp_path):
+    write_rank(tmp_path / "rank-0.json", [step(1, 0, 1000), *gloo_p2p("send", 100, 10, 300, 1)], 0, [])
+    write_rank(tmp_path / "rank-1.json", [step(1, 0, 1000), *gloo_p2p("recv", 50, 10, 250, 0)], 1, [])
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    assert s.p2p[["src_rank", "dst_rank", "status", "recv_wait_us"]].values.tolist() == [[0, 1, "matched", 50]]

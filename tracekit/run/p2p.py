@@ -41,12 +41,16 @@ def resolve_peers(ops: pd.DataFrame, groups: pd.DataFrame) -> pd.DataFrame:
 
     A local peer is mapped through the call's own group where the trace names it, else through the groups that hold
     the rank: a pipeline group (``dim_of_desc`` pp) first, else any group if all of them agree on that local rank,
-    else the default group (``default_pg``)."""
+    else the default group (``default_pg``). A trace without ``pg_config`` (older torch) knows only the world group,
+    whose local ranks are the global ones."""
     peer = ops["peer"].to_numpy(dtype=float).copy()
     pg, desc = ops["pg"].astype(object).copy(), ops["pg_desc"].astype(object).copy()
     need = np.isnan(peer) & ops["peer_local"].notna().to_numpy()
     keys = ops.loc[need, ["rank", "pg", "peer_local"]].astype(object).drop_duplicates()
     by_name = {p: (d, r) for p, d, r in zip(groups["pg"], groups["pg_desc"], groups["ranks"])}
+    if not by_name:  # no pg_config: the world group only
+        peer[need] = ops["peer_local"].to_numpy(dtype=float)[need]
+        return pd.DataFrame({"peer_rank": peer, "pg": pg.to_numpy(), "pg_desc": desc.to_numpy()}, index=ops.index)
     for rank, name, local in keys.itertuples(index=False):  # one per distinct (rank, group, peer): a handful
         found = _through_groups(int(rank), name, int(local), by_name)
         if found is None:
