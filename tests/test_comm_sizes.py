@@ -39,6 +39,15 @@ def one(frame):
     return frame.iloc[0]
 
 
+def check_call(summary, op, nbytes, group, factor):
+    """The one call's size: send/recv are P2P pairs (``summary.p2p``, lone here: no peer's trace), the rest collectives."""
+    if op in ("send", "recv"):
+        assert summary.collectives.empty
+        assert one(summary.p2p)["bytes"] == nbytes
+    else:
+        check(one(summary.collectives), op, nbytes, group, factor)
+
+
 def bandwidths(nbytes, dur_us, factor):
     algbw = nbytes / (dur_us * 1e-6) / 1e9
     return algbw, algbw * factor
@@ -71,7 +80,7 @@ def test_record_param_comms_era_sizes_every_op(tmp_path, op, annotation, shapes,
            "Input type": shapes["Input type"] + ["Scalar", "Scalar", ""]}
     events = [cpu("record_param_comms", 100, 200, **rpc), cpu(annotation, 110, 180, cat="user_annotation"),
               launch(120, 1), kernel(NCCL_V100, KERNEL_START, KERNEL_DUR, stream=20, correlation=1)]
-    check(one(summarize(tmp_path, events).collectives), op, nbytes, 8, factor)
+    check_call(summarize(tmp_path, events), op, nbytes, 8, factor)
 
 
 @pytest.mark.parametrize("op, annotation, shapes, nbytes, factor", OPS_N8)
@@ -79,7 +88,7 @@ def test_annotation_only_era_sizes_every_op(tmp_path, op, annotation, shapes, nb
     # nccl:* annotations with Input Dims and nothing else around the launch.
     events = [cpu(annotation, 110, 180, cat="user_annotation", **shapes), launch(120, 1),
               kernel("ncclDevKernel_Generic", KERNEL_START, KERNEL_DUR, stream=20, correlation=1)]
-    check(one(summarize(tmp_path, events).collectives), op, nbytes, 8, factor)
+    check_call(summarize(tmp_path, events), op, nbytes, 8, factor)
 
 
 @pytest.mark.parametrize("coll, n_in, n_out, op, nbytes, factor", [
@@ -94,7 +103,7 @@ def test_kernel_args_era_group_of_four(tmp_path, coll, n_in, n_out, op, nbytes, 
     args = {"Collective name": coll, "In msg nelems": n_in, "Out msg nelems": n_out, "Group size": 4,
             "dtype": "Float", "Process Group Name": "0"}
     events = [kernel("ncclDevKernel_Generic", KERNEL_START, KERNEL_DUR, stream=20, **args)]
-    check(one(summarize(tmp_path, events, world_size=16).collectives), op, nbytes, 4, factor)  # Group size wins
+    check_call(summarize(tmp_path, events, world_size=16), op, nbytes, 4, factor)  # Group size wins
 
 
 @pytest.mark.parametrize("annotation, shapes, op, nbytes, factor", [
@@ -108,7 +117,7 @@ def test_kernel_args_era_group_of_four(tmp_path, coll, n_in, n_out, op, nbytes, 
 def test_gloo_input_dims_era(tmp_path, annotation, shapes, op, nbytes, factor):
     # CPU-only: each gloo:* annotation on gloo's thread is one call; 4 ranks and no pg_config.
     events = [cpu("aten::mm", 0, 2000), cpu(annotation, KERNEL_START, KERNEL_DUR, cat="user_annotation", tid=9, **shapes)]
-    check(one(summarize(tmp_path, events, world_size=4, backend="gloo").collectives), op, nbytes, 4, factor)
+    check_call(summarize(tmp_path, events, world_size=4, backend="gloo"), op, nbytes, 4, factor)
 
 
 def test_c10d_base_ops_give_output_and_the_group_from_their_shapes(tmp_path):

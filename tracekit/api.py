@@ -14,15 +14,11 @@ import pandas as pd
 
 from tracekit.rank import cache as tracekit_cache
 from tracekit.run import clocks
-from tracekit.run import crossrank
+from tracekit.run import commdims, crossrank, pgjoin
 from tracekit.run import pipeline as run_pipeline
 from tracekit.run import whatruns
 from tracekit.findings import capture
-from tracekit.findings.finding import trains
-from tracekit.findings import checks as findings
-from tracekit.findings import fsdp_findings
-from tracekit.findings import memory_findings
-from tracekit.findings import pipeline_findings
+from tracekit.findings.collect import run_findings
 from tracekit.findings import order
 from tracekit.findings import roofline_findings
 from tracekit.events import metrics
@@ -176,12 +172,15 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     unreliable = mismatches.loc[mismatches["kind"].isin(crossrank.UNRELIABLE_KINDS), "match_id"]
     collectives = pd.concat([collectives, crossrank.timing(collectives, group, start_ns, set(unreliable))], axis=1)
     origin_ns = min(r.origin_ns - shift.get(r.meta.rank, 0) for r in results)
+    joined = pgjoin.join(results, collectives, steps, shift, origin_ns)  # groups, dims, send/recv pairs
+    collectives = joined.collectives
+    mismatches = pd.concat([mismatches, joined.mismatches], ignore_index=True) if len(joined.mismatches) else mismatches
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
     fsdp = _relative(_shift(_stacked([r.fsdp for r in results]), shift), origin_ns)
 
     pipeline, pipeline_blocks = run_pipeline.of_ranks(results, shift, origin_ns, workload_run)
     steps = whatruns.with_step_flops(steps, results)
-    ranks = _rank_table(results, steps, collectives)
+    ranks = commdims.with_p2p_wait(_rank_table(results, steps, collectives), joined.waits)
     tables = whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns))
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0
     offsets["corrected"] = offsets["rank"].isin(list(shift))
@@ -190,17 +189,16 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     run = _run_facts(results, skipped, config, source, origin_ns, clock_offsets=offsets, workload=workload_run,
                      straggler_suspicions=crossrank.verdict(evidence, "suspected"))
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
-                   imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=pipeline_findings.merged(
-                       memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
-                                                                   fsdp, steps, ranks), tables["memory"], steps,
-                                              training=trains(ranks)), pipeline),
+                   imbalance=crossrank.imbalance(steps), mismatches=mismatches, p2p=joined.p2p,
+                   comm_by_dim=joined.comm_by_dim,
+                   findings=run_findings(ranks, collectives, slow, run, joined.comm_by_dim, fsdp, steps,
+                                         tables["memory"], pipeline),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, pipeline=pipeline,
                    pipeline_blocks=pipeline_blocks, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,
-                                       pd.concat(parts, ignore_index=True) if parts else None)
+                                       pd.concat(parts, ignore_index=True) if parts else None, joined.calls)
     found = roofline_findings.merged(summary.findings, summary.optimization)
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
     return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
@@ -278,6 +276,7 @@ def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.
     objects = [c for c in table.columns if table[c].dtype == object]
     retyped = table[objects].infer_objects()
     table = table.assign(**{c: t for c, t in retyped.items() if pd.api.types.is_numeric_dtype(t)})
+    table["p2p_wait_us"] = np.nan  # filled by commdims.with_p2p_wait
     return table[list(RANK_COLUMNS) + [c for c in table.columns if c not in RANK_COLUMNS]]
 
 

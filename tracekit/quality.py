@@ -214,10 +214,16 @@ def mismatch_notes(mismatches: pd.DataFrame) -> list[str]:
     """
     if mismatches.empty:
         return []
+    p2p = mismatches["kind"].astype(str) == "p2p_unmatched"
+    lone = [f"{int(p2p.sum())} send/recv without {'their' if p2p.sum() > 1 else 'its'} other half (see "
+            "summary.mismatches, kind p2p_unmatched)"] if p2p.any() else []
+    mismatches = mismatches[~p2p.to_numpy()]
+    if mismatches.empty:
+        return lone
     kinds = mismatches["kind"].astype(str).value_counts(sort=False)
     said = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
     return [f"{len(mismatches)} collective{'s do' if len(mismatches) > 1 else ' does'} not line up across ranks "
-            f"({said}; see summary.mismatches)"]
+            f"({said}; see summary.mismatches)"] + lone
 
 
 def _ranks(ranks: list[int]) -> str:

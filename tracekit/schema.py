@@ -56,6 +56,9 @@ COMM_ARG_COLUMNS = {
     "row": ("int64", "row of the event in the events table"),
     "collective": ("object", "raw collective name from the args or the annotation"),
     "pg": ("object", "process group name or id, as text"),
+    "pg_desc": ("object", "Process Group Description (NCCL args: default_pg, mesh_tp, pp_p2p_*); None when absent"),
+    "peer": ("float64", "send/recv: the peer's global rank (NCCL's Dst Rank / Src Rank); NaN when absent"),
+    "peer_local": ("float64", "gloo c10d::send/recv_: the peer's group-local rank (Concrete Inputs); NaN otherwise"),
     "seq": ("float64", "sequence number in the process group (NaN when absent)"),
     "in_nelems": ("float64", "input elements (NaN when unknown)"),
     "out_nelems": ("float64", "output elements (NaN when unknown)"),
@@ -75,11 +78,11 @@ RANK_COLUMNS = {
     "steps": "steps (ProfilerSteps, or the step annotations found) in the window; 0 without steps",
     "step_time_us": "mean step time in the window (steps tile the timeline: start to next start); NaN without steps",
     "span_us": "last device end - first device start in the window",
-    "busy_us": "union of all device events",
-    "compute_us": "union of compute events",
+    "busy_us": "union of all device events", "compute_us": "union of compute events",
     "comm_us": "union of communication events",
     "overlap_us": "communication under compute: |comm ∩ compute|",
     "exposed_comm_us": "comm_us - overlap_us",
+    "p2p_wait_us": "P2P calls waiting for their peer, nothing else running: bubble, not comm (run.commdims)",
     "memory_us": "union of memcpy/memset events (0 on CPU ranks: no separate copy engine)",
     "idle_us": "span_us - busy_us",
     "overlap_pct": "overlap_us / comm_us * 100; NaN without communication",
@@ -123,8 +126,7 @@ STEP_COLUMNS = {
     "compute_us": "computation not overlapped by communication (the plugin's 'Computation')",
     "overlap_us": "computation and communication at once",
     "exposed_comm_us": "communication not overlapped (the plugin's 'Communication')",
-    "other_us": "step_us - compute - comm + overlap",
-    "comm_us": "all communication in the step",
+    "other_us": "step_us - compute - comm + overlap", "comm_us": "all communication in the step",
     "in_window": "whether the step is in the metrics' window",
     "matmul_flops": "FLOPs of the step's innermost matmul-class ops, from their shapes (tracekit.events.ops); NaN "
                     "when some are unknown or the rank recorded no CPU op (annotations only)",
@@ -134,8 +136,10 @@ STEP_COLUMNS = {
 
 COLLECTIVE_COLUMNS = {
     "rank": "rank", "step": "step of its launch (-1 outside steps)",
-    "op": "all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, send, recv, barrier or other",
-    "pg": "process group name or id; None when the trace does not say", "seq": "Seq in its group (NaN if absent)",
+    "op": "all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, barrier or other (send/recv: summary.p2p)",
+    "pg": "process group name or id; None when the trace does not say",
+    "pg_desc": "its group's description (args, else pg_config: run.pgdims); None when unknown",
+    "dim": "parallel label: dp, fsdp, tp, pp, ep, cp, group's name, a+b, unknown (run.pgdims)", "seq": "Seq (or NaN)",
     "start_us": "device start, from the run's origin", "dur_us": "duration",
     "bytes": "payload per nccl-tests: all_gather output, every other op its input (NaN if unknown)",
     "dtype": "element type as written in the trace",
@@ -191,22 +195,17 @@ GAP_COLUMNS = {
 
 # summary.imbalance: see tracekit.run.crossrank.imbalance.
 IMBALANCE_COLUMNS = {
-    "step": "step number (window steps only)",
-    "ranks": "ranks that ran this step",
-    "max_step_us": "the slowest rank's step time",
-    "median_step_us": "the median step time across ranks",
-    "imbalance": "max_step_us / median_step_us",
-    "slowest_rank": "the rank with max_step_us",
+    "step": "step number (window steps only)", "ranks": "ranks that ran this step",
+    "max_step_us": "the slowest rank's step time", "median_step_us": "the median step time across ranks",
+    "imbalance": "max_step_us / median_step_us", "slowest_rank": "the rank with max_step_us",
 }
 
 # summary.mismatches: collectives that do not line up across ranks; see tracekit.run.crossrank.mismatches.
 MISMATCH_COLUMNS = {
-    "kind": "missing, size, op, order or timing",
-    "pg": "process group (? when the trace names none)",
-    "op": "the op(s) at that position",
+    "kind": "missing, size, op, order or timing (collectives); p2p_unmatched (a send or recv without its half)",
+    "pg": "process group (? when the trace names none)", "op": "the op(s) at that position",
     "position": "where in the group's sequence (its Seq, or the call's order)",
-    "ranks": "the ranks concerned",
-    "detail": "what differs, in words",
+    "ranks": "the ranks concerned", "detail": "what differs, in words",
     "match_id": "the match (group of calls across ranks) it concerns",
 }
 
@@ -290,6 +289,7 @@ GRAPH_COLUMNS = {
     "busy_ns": "CPU-only ranks: the part of the gap before the node, after its lane predecessor, that an enclosing "
                "compute op covers (that op's own time); 0 elsewhere",
     "group": "dense id of the matched collective: its transfer starts when every member has started; -1 none",
+    "p2p": "row of the call among its rank's P2P calls (-1: not one)", "pair_src": "a recv: its send's node (-1)",
 }
 # tracekit.whatif: one row per scenario.
 WHATIF_COLUMNS = {

@@ -109,6 +109,10 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
         "step": calls["step"].to_numpy(),
         "op": pd.Categorical(op, categories=list(OPS)),
         "pg": meta["pg"].to_numpy(),
+        "pg_desc": meta["pg_desc"].to_numpy(),
+        "peer": meta["peer"].to_numpy(dtype=float),
+        "peer_local": meta["peer_local"].to_numpy(dtype=float),
+        "posted_ns": meta["posted_ns"].to_numpy(dtype=float),
         "seq": meta["seq"].to_numpy(),
         "start_ns": calls["ts_ns"].to_numpy(),
         "dur_us": dur_us,
@@ -155,8 +159,12 @@ def _metadata(events, comm_args, calls) -> pd.DataFrame:
     collective = _first(*not_wait, annotation["name"], launcher["name"],
                         pd.Series(calls["name"].astype(str).to_numpy(), index=calls.index))
     merged = pd.DataFrame({"collective": collective})
-    for f in ("pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size"):
+    for f in ("pg", "pg_desc", "peer", "seq", "in_nelems", "out_nelems", "dtype", "group_size"):
         merged[f] = _first(*(src[f] for src in sources))
+    # gloo's send/recv annotation starts inside the c10d op that posted it, on its thread: the peer is that op's.
+    posted = _posted_by(events, comm_args, calls)
+    merged["peer_local"] = _first(own["peer_local"], posted["peer_local"])
+    merged["posted_ns"] = posted["posted_ns"]
     # Input Dims: the first tensor is the input everywhere but in c10d's ops, whose *_base_ forms take
     # (output, input) and whose others take tensor lists (sizes not recorded).
     output_first = launcher["name"].astype(str).str.match(OUTPUT_FIRST_OP.pattern).to_numpy()
@@ -170,9 +178,30 @@ def _metadata(events, comm_args, calls) -> pd.DataFrame:
     merged.loc[take & merged["dtype"].isna().to_numpy(), "dtype"] = dims_type[take & merged["dtype"].isna().to_numpy()]
     take_out = merged["out_nelems"].isna().to_numpy() & base
     merged.loc[take_out, "out_nelems"] = launcher["input_nelems"][take_out]
-    for f in ("seq", "in_nelems", "out_nelems", "group_size"):
+    for f in ("peer", "peer_local", "seq", "in_nelems", "out_nelems", "group_size"):
         merged[f] = pd.to_numeric(merged[f]).astype(float)
     return merged
+
+
+_POSTS = re.compile(r"^c10d::(?:send|recv_)$")
+
+
+def _posted_by(events, comm_args, calls) -> pd.DataFrame:
+    """The ``c10d::send``/``c10d::recv_`` op that holds each call's own start (or ends there) on its thread (gloo P2P annotations
+    have no launch): its peer (``peer_local``) and start (``posted_ns``: the call was posted then); NaN where none."""
+    result = pd.DataFrame(index=calls.index, columns=["peer_local", "posted_ns"], dtype=float)
+    names = events["name"].cat.categories
+    wanted = names[np.fromiter((_POSTS.search(n) is not None for n in names), dtype=bool, count=len(names))]
+    spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
+    if len(spans) == 0 or len(calls) == 0:
+        return result
+    points = launch_points(events, events.index.get_indexer(calls.index))
+    span_row = enclosing_span(points.assign(ts_ns=points["ts_ns"] - 1), spans)  # inside it, or as it ends
+    found = span_row >= 0
+    args = comm_args.set_index("row").reindex(span_row[found])
+    result.loc[calls.index[found], "peer_local"] = args["peer_local"].to_numpy(dtype=float)
+    result.loc[calls.index[found], "posted_ns"] = events["ts_ns"].to_numpy()[span_row[found]].astype(float)
+    return result
 
 
 def _first(*series: pd.Series) -> pd.Series:
@@ -185,7 +214,7 @@ def _first(*series: pd.Series) -> pd.Series:
 
 def _enclosing(events, comm_args, calls, pattern: re.Pattern) -> pd.DataFrame:
     """Comm args of the host op whose name matches ``pattern`` that encloses each call's launch (NaN rows where none)."""
-    columns = ["collective", "pg", "seq", "in_nelems", "out_nelems", "dtype", "group_size", "input_nelems", "input_type",
+    columns = ["collective", "pg", "pg_desc", "peer", "peer_local", "seq", "in_nelems", "out_nelems", "dtype", "group_size", "input_nelems", "input_type",
                "second_nelems", "name"]
     result = pd.DataFrame(index=calls.index, columns=columns, dtype=object)
     names = events["name"].cat.categories
@@ -199,6 +228,6 @@ def _enclosing(events, comm_args, calls, pattern: re.Pattern) -> pd.DataFrame:
     args = comm_args.set_index("row").reindex(span_row[found])
     args["name"] = events["name"].astype(str).to_numpy()[span_row[found]]
     result.loc[launched[found], columns] = args[columns].to_numpy()
-    for f in ("seq", "in_nelems", "out_nelems", "group_size", "input_nelems", "second_nelems"):
+    for f in ("peer", "peer_local", "seq", "in_nelems", "out_nelems", "group_size", "input_nelems", "second_nelems"):
         result[f] = pd.to_numeric(result[f])
     return result

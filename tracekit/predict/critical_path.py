@@ -57,6 +57,9 @@ def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray,
         last_of = frame.groupby("g")["i"].last()
         last[member] = last_of.reindex(group[member]).to_numpy()
     t_last = np.where(last >= 0, start[np.maximum(last, 0)], -np.inf)
+    t_src = np.where(model.src >= 0, start[np.maximum(model.src, 0)], -np.inf)  # a recv bound by its send's start
+    last = np.where(t_src > t_last, model.src, last)
+    t_last = np.maximum(t_last, t_src)
     t_dr = np.where(model.dr >= 0, end[np.maximum(model.dr, 0)], -np.inf)
     end_by = np.where((t_last >= t_dr) & (t_last > start), last, np.where(t_dr > start, model.dr, -1))
     return start_by, end_by, np.where(end_by == last, 1, np.where(end_by >= 0, 2, 0))

@@ -4,7 +4,8 @@ Times are nodes of a DAG: ``S[i]`` (node i's start), ``E[i]`` (its end) and ``G[
 arrival). Their edges are the replay's rules (``tracekit.predict.replay``):
 
     E[i-1] -> S[i] (same lane), S[ps[i]] -> S[i], E[pe[i]] -> S[i];  S[i] = max(inputs, anchor[i]) + delay[i]
-    S[i] -> E[i], G[group[i]] -> E[i], E[dr[i]] -> E[i];             E[i] = max(inputs) + tail[i]
+    S[i] -> E[i], G[group[i]] -> E[i], E[dr[i]] -> E[i],
+    S[src[i]] -> E[i] (a recv after its send started);             E[i] = max(inputs) + tail[i]
     S[m] -> G[group[m]] for every member m;                          G[g] = max(inputs)
 
 Kahn's algorithm visits each time once, after all its inputs, so the pass is linear in nodes plus edges; a time
@@ -17,7 +18,7 @@ from numba import njit
 
 
 @njit(cache=True)
-def longest_paths(first, ps, pe, dr, group, n_groups, anchor, delay, tail):  # pragma: no cover (compiled)
+def longest_paths(first, ps, pe, dr, group, n_groups, anchor, delay, tail, src):  # pragma: no cover (compiled)
     """(start, end, complete) of every node; ``complete`` is False when a cycle left some times unvisited."""
     n = len(delay)
     S, E, G = 0, n, 2 * n
@@ -44,6 +45,9 @@ def longest_paths(first, ps, pe, dr, group, n_groups, anchor, delay, tail):  # p
         if dr[i] >= 0:
             out_deg[E + dr[i]] += 1
             in_deg[E + i] += 1
+        if src[i] >= 0:
+            out_deg[S + src[i]] += 1
+            in_deg[E + i] += 1
     indptr = np.zeros(total + 1, dtype=np.int64)
     for v in range(total):
         indptr[v + 1] = indptr[v] + out_deg[v]
@@ -69,6 +73,9 @@ def longest_paths(first, ps, pe, dr, group, n_groups, anchor, delay, tail):  # p
         if dr[i] >= 0:
             succ[fill[E + dr[i]]] = E + i
             fill[E + dr[i]] += 1
+        if src[i] >= 0:
+            succ[fill[S + src[i]]] = E + i
+            fill[S + src[i]] += 1
     acc = np.full(total, -np.inf)
     add = np.zeros(total)
     for i in range(n):

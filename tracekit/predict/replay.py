@@ -3,7 +3,9 @@
 Every node ``i`` of the graph (``tracekit.rank.graph``) starts and ends by these rules, on its lane after node ``i-1``:
 
     start[i] = max(end[i-1], start[ps[i]], end[pe[i]], anchor[i]) + delay[i]
-    end[i]   = max(start[i], latest start among the ranks of its collective, end[dr[i]]) + tail[i]
+    end[i]   = max(start[i], latest start among the ranks of its collective, end[dr[i]], start[src[i]]) + tail[i]
+
+(``src``: a recv's send, from the graph's ``pair_src``: the data cannot arrive before it was sent.)
 
 ``delay`` is what the trace measured between the moment a node could start and the moment it did: host work that
 no event records (Python between ops, a ``time.sleep``), launch latency. ``tail`` is its own time: the duration,
@@ -44,6 +46,7 @@ class Model:
     pe: np.ndarray
     dr: np.ndarray
     group: np.ndarray         # collective match id (dense, from 0), -1 when not a matched collective
+    src: np.ndarray           # a recv's send node, -1 none
     n_groups: int
     anchor: np.ndarray        # -inf unless pinned
     delay: np.ndarray
@@ -66,12 +69,13 @@ def measure(graph: pd.DataFrame) -> Model:
     group = graph["group"].to_numpy().astype(np.int64)
     n_groups = int(group.max()) + 1 if len(group) and group.max() >= 0 else 0
     anchor = np.where(first & (ps < 0) & (pe < 0), start, -_INF)
+    src = graph["pair_src"].to_numpy().astype(np.int64) if "pair_src" in graph else np.full(len(graph), -1, np.int64)
     ext = _start_inputs(start, end, first, ps, pe, anchor)
-    cross = _end_inputs(start, end, group, n_groups, dr)
+    cross = np.maximum(_end_inputs(start, end, group, n_groups, dr), np.where(src >= 0, start[np.maximum(src, 0)], -_INF))
     delay = start - ext
     busy = np.clip(graph["busy_ns"].to_numpy(dtype=np.float64), 0, np.maximum(delay, 0)) if "busy_ns" in graph else (
         np.zeros(len(graph)))
-    return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, n_groups=n_groups,
+    return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, src=src, n_groups=n_groups,
                  anchor=anchor, delay=delay, busy=busy, tail=end - np.maximum(start, cross), start=start, end=end)
 
 
@@ -113,7 +117,7 @@ def simulate(model: Model, delay: np.ndarray | None = None, tail: np.ndarray | N
     ids = (np.ascontiguousarray(a, dtype=np.int64) for a in (ps, pe, dr, group))  # one compiled signature
     times = (np.ascontiguousarray(a, dtype=np.float64) for a in (anchor, delay, tail))
     start, end, complete = longest_paths(np.ascontiguousarray(model.first, dtype=np.bool_), *ids, model.n_groups,
-                                         *times)
+                                         *times, np.ascontiguousarray(model.src, dtype=np.int64))
     if not complete:
         raise ReplayError("the dependency graph has a cycle: its nodes cannot be replayed in any order")
     return start, end

@@ -25,6 +25,8 @@ from tracekit.events.collectives import collective_table
 from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
 from tracekit.events import bubble, pipeline
+from tracekit.events.p2p import overlap_intervals, split_p2p
+from tracekit.events.pgctx import with_groups
 from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.events.kernels import kernel_table
@@ -59,6 +61,8 @@ class RankResult:
     kernel_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # ops.kernel_ops: each kernel's launching op
     pipeline_blocks: pd.DataFrame = field(default_factory=pd.DataFrame)  # pipeline.pipeline_blocks (absolute ns)
     pipeline: pd.DataFrame = field(default_factory=pd.DataFrame)  # bubble.stage_steps, with in_window
+    p2p: pd.DataFrame = field(default_factory=pd.DataFrame)  # p2p.split_p2p: send/recv calls, with in_window
+    comm_overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # p2p.overlap_intervals over the window
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None,
@@ -101,8 +105,10 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     dev_all = metrics.all_device_events(events)
     dev = metrics.in_window(dev_all, steps, config.window)
 
-    calls = collective_table(events, comm_args, _pg_sizes(meta))
-    collectives = calls.drop(columns=["row"])
+    calls, p2p = split_p2p(collective_table(events, comm_args, _pg_sizes(meta)))
+    calls = with_groups(events, calls, meta.pg_config)  # gloo names no group: what enqueued the call says
+    p2p["in_window"] = _in_window(p2p["step"], steps, kept, config)
+    collectives = calls.drop(columns=["row", "peer", "peer_local", "posted_ns"])
     collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)
     fsdp = fsdp_unit_table(events, calls, comm_args, device_rank)
     fsdp["in_window"] = _in_window(fsdp["step"], steps, kept, config)
@@ -121,6 +127,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     gaps["host_kind"] = causes.host_kinds(gaps, dev, events)
     # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
     breakdown = metrics.rank_breakdown(dev)
+    comm_overlap = overlap_intervals(dev)
     if breakdown.empty:
         breakdown = breakdown.reindex([0]).assign(rank=meta.rank)
     whole = config.window == "trace" or steps.empty
@@ -140,11 +147,12 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     quality = data_quality_row(meta, events, device_rank, device_events).assign(step_source=step_source,
                                                                                **ran.pop("quality"))
     quality = quality.assign(**capture_facts(events, steps, None if whole else kept))
-    graph = rank_graph(events, calls, steps)  # ``calls``: the collectives, with their event rows
+    graph = rank_graph(events, calls, steps, p2p)  # ``calls``: the collectives, with their event rows
     release_memory()
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
-                      graph=graph, fsdp=fsdp, pipeline_blocks=pipe_blocks, pipeline=pipe_steps, **ran)
+                      graph=graph, fsdp=fsdp, pipeline_blocks=pipe_blocks, pipeline=pipe_steps,
+                      p2p=p2p, comm_overlap=comm_overlap, **ran)
 
 
 def _pipeline(meta: RankMeta, host: pd.DataFrame, dev_all: pd.DataFrame, steps: pd.DataFrame,

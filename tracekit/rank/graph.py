@@ -7,7 +7,8 @@ Nodes: device events (kernels, memcpys, memsets; on CPU-only ranks the training 
 collectives), the host calls that matter for time (launches, synchronizations, the DataLoader, the innermost ops of
 the training thread), one zero-length marker per step start (``ProfilerStep``, or the step annotations
 ``tracekit.events.steps`` finds) and one where the last step ends (``tracekit.rank.markers``). Each node lies on one
-*lane* (a host thread, a GPU stream, a gloo thread) and lanes run their nodes in order.
+*lane* (a host thread, a GPU stream, a gloo thread) and lanes run their nodes in order; a gloo send/recv span (async,
+overlapping its thread's later ops) has a lane of its own.
 
 Edges (node columns, -1 when absent):
   lane order   implicit: a node starts after the one before it on its lane ends
@@ -45,13 +46,14 @@ MIN_WAIT_GAP_NS = 100_000
 WAIT_TOLERANCE = 0.10
 _ENQUEUE = re.compile(r"^c10d::(?!wait)")
 _HOST_CATS = ("cpu_op", "user_annotation", "python_function")
-GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c != "group"]  # per rank; the run graph adds group
+GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c not in ("group", "pair_src")]  # the run graph adds these
 
 
-def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame | None = None,
+               p2p: pd.DataFrame | None = None) -> pd.DataFrame:
     """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events,
-    its collectives table (``collective_table``, with ``row``; ``coll`` is a row position in it) and its steps
-    (``steps.step_table``; None: the trace's own)."""
+    its collectives table (``collective_table``, with ``row``; ``coll`` is a row position in it), its steps
+    (``steps.step_table``; None: the trace's own) and its P2P calls (``p2p.split_p2p``; ``p2p`` a row position)."""
     if events.empty:
         return empty_graph()
     rank = int(events["rank"].iloc[0])
@@ -125,6 +127,9 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         added.append(marker)
     nodes = pd.concat([nodes, *added], ignore_index=True)
     del added
+    if not on_gpu and p2p is not None and len(p2p):  # gloo's async P2P spans overlap the thread's later ops
+        own = np.flatnonzero(np.isin(nodes["row"].to_numpy(), p2p["row"].to_numpy()))
+        nodes.loc[own, "lane"] = -2 - nodes["row"].to_numpy()[own]  # a lane of its own each
     nodes["name"] = nodes["name"].cat.remove_unused_categories()
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
     nodes = nodes.sort_values(["lane", "start_ns", "is_marker", "end_ns"], ascending=[True, True, False, True],
@@ -151,7 +156,8 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         pe[int(np.flatnonzero(node_rows == _END_ROW)[0])] = int(position[end_bound])
     del position, node_rows
     out = nodes.assign(ps=ps, pe=pe, dr=_drains(nodes) if on_gpu else -1,
-                       coll=collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0))
+                       coll=collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0),
+                       p2p=collective_rows(nodes, p2p) if p2p is not None else -1)
     del nodes, ps, pe, busy  # ``out`` holds what is kept; the columns replaced below end with it
     out["lane"] = pd.factorize(out["lane"])[0].astype(np.int32)
     out["cat"] = pd.Categorical(out["cat"], categories=list(NODE_CATS))

@@ -192,6 +192,9 @@ def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, s
         "row": np.asarray(rows, dtype=np.int64),  # the comm call's row in this rank's events table
         "collective": [a.collective for a in picked],  # from args only; None when the args do not say
         "pg": [_pg(a) for a in picked],
+        "pg_desc": [a.pg_desc if isinstance(a.pg_desc, str) else None for a in picked],
+        "peer": _floats([_int(a.dst_rank if a.dst_rank is not None else a.src_rank) for a in picked]),
+        "peer_local": _floats([_local_peer(a, names[i]) for a, i in zip(picked, rows)]),
         "seq": _floats([a.seq for a in picked]),
         "in_nelems": at_least(_floats([a.in_nelems for a in picked]), 0),
         "out_nelems": at_least(_floats([a.out_nelems for a in picked]), 0),
@@ -206,6 +209,26 @@ def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, s
 def _pg(a: Args):
     value = a.pg_name if a.pg_name is not None else a.pg_id
     return None if value is None else str(value)
+
+
+def _int(value) -> int | None:
+    """An integer id (a rank), or None where absent or not an integer."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+_P2P_OPS = ("c10d::send", "c10d::recv_")
+
+
+def _local_peer(a: Args, name: str) -> int | None:
+    """gloo's ``c10d::send``/``c10d::recv_``: the peer's group-local rank, the third of its ``Concrete Inputs``
+    (``["", "", "<peer>", "<tag>"]``, with ``record_shapes``); None for any other op or where it is not an integer."""
+    if name not in _P2P_OPS:
+        return None
+    inputs = decode_raw(a.concrete_inputs, list)
+    return _int(inputs[2]) if inputs and len(inputs) > 2 and str(inputs[2]).lstrip("-").isdigit() else None
 
 
 # "Input type" of inputs that are not tensors (ints, strings, process groups), and of lists of tensors.

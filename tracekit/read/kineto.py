@@ -29,6 +29,9 @@ class Args(msgspec.Struct, gc=False):
     group_size: _Num = msgspec.field(default=None, name="Group size")
     pg_name: _Id = msgspec.field(default=None, name="Process Group Name")
     pg_id: _Id = msgspec.field(default=None, name="Process Group ID")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    dst_rank: _Id = msgspec.field(default=None, name="Dst Rank")  # NCCL send: the peer's global rank
+    src_rank: _Id = msgspec.field(default=None, name="Src Rank")  # NCCL recv: the peer's global rank
     seq: _Num = msgspec.field(default=None, name="Seq")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")

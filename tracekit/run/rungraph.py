@@ -1,5 +1,8 @@
 """The run's dependency graph: every rank's node table (``tracekit.rank.graph.rank_graph``) joined into one, with the
-edges between ranks: a collective's transfer starts when the last member rank has arrived (``group``)."""
+edges between ranks: a collective's transfer starts when the last member rank has arrived (``group``), and a recv
+ends no earlier than its send started (``pair_src``: the data cannot arrive before it was sent). A send does not wait
+for its recv here: with both ranks posting a send before a recv on one lane (an interleaved schedule's batched
+P2P), that wait would close a cycle."""
 
 from __future__ import annotations
 
@@ -10,23 +13,27 @@ from pandas.api.types import union_categoricals
 from tracekit.rank.graph import GRAPH_COLUMNS, NODE_CATS, empty_graph
 
 
-def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict[int, int], origin_ns: int) -> pd.DataFrame:
+def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict[int, int], origin_ns: int,
+              p2p_calls: pd.DataFrame | None = None, p2p: pd.DataFrame | None = None) -> pd.DataFrame:
     """All ranks' node tables as one (``Summary.graph``): global lanes and edge positions, times in ns from the run's
     origin on the corrected clock, and ``group`` (a dense id per matched collective, -1 otherwise).
 
     ``graphs`` come in the order the per-rank collectives tables were concatenated into ``collectives``, which
-    carries ``match_id`` and ``matched``."""
+    carries ``match_id`` and ``matched``; and of the run's P2P calls ``p2p_calls`` (``RankResult.p2p`` stacked), whose
+    pairs ``p2p`` (``summary.p2p``: ``send_op``/``recv_op``) give ``pair_src``."""
     graphs = [g for g in graphs if not g.empty]
     if not graphs:
-        return empty_graph().assign(group=pd.Series(dtype=np.int64))
+        return empty_graph().assign(group=pd.Series(dtype=np.int64), pair_src=pd.Series(dtype=np.int64))
     calls_per_rank = collectives.groupby("rank").size() if len(collectives) else pd.Series(dtype=int)
-    moves, offset, lanes, coll_offset = [], 0, 0, 0
+    p2p_per_rank = p2p_calls.groupby("rank").size() if p2p_calls is not None and len(p2p_calls) else pd.Series(dtype=int)
+    moves, offset, lanes, coll_offset, p2p_offset = [], 0, 0, 0, 0
     for g in graphs:
         rank = int(g["rank"].iloc[0])
-        moves.append({"ps": offset, "pe": offset, "dr": offset, "coll": coll_offset, "lane": lanes,
+        moves.append({"ps": offset, "pe": offset, "dr": offset, "coll": coll_offset, "p2p": p2p_offset, "lane": lanes,
                       "start_ns": shift.get(rank, 0) + origin_ns, "end_ns": shift.get(rank, 0) + origin_ns})
         offset, lanes = offset + len(g), lanes + int(g["lane"].max()) + 1
         coll_offset += int(calls_per_rank.get(rank, 0))
+        p2p_offset += int(p2p_per_rank.get(rank, 0))
     # Column by column, so that only one column of the run is ever made twice (the per-rank tables stay as they are).
     nodes = pd.DataFrame({c: _joined(graphs, moves, c) for c in GRAPH_COLUMNS if c not in ("name", "cat")},
                          copy=False)
@@ -43,7 +50,28 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
         group[np.flatnonzero(has)[matched]] = pd.factorize(ids[matched])[0]
     nodes["group"] = group
     nodes["pe"] = _checked_waits(nodes)
+    nodes["pair_src"] = _pair_sources(nodes, p2p)
     return nodes
+
+
+def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
+    """Per node: for a recv of a matched pair, its send's node (-1 otherwise, and where the send started after the
+    recv ended on the corrected clock: an edge back in time)."""
+    src = np.full(len(nodes), -1, dtype=np.int64)
+    call = nodes["p2p"].to_numpy()
+    if p2p is None or p2p.empty or not (call >= 0).any():
+        return src
+    node_of = np.full(int(call.max()) + 1, -1, dtype=np.int64)
+    node_of[call[call >= 0]] = np.flatnonzero(call >= 0)
+    pairs = p2p[(p2p["status"] == "matched").to_numpy()]
+    s, r = pairs["send_op"].to_numpy(), pairs["recv_op"].to_numpy()
+    ok = (s < len(node_of)) & (r < len(node_of))
+    s_node, r_node = node_of[np.minimum(s[ok], len(node_of) - 1)], node_of[np.minimum(r[ok], len(node_of) - 1)]
+    both = (s_node >= 0) & (r_node >= 0)
+    s_node, r_node = s_node[both], r_node[both]
+    forward = nodes["start_ns"].to_numpy()[s_node] <= nodes["end_ns"].to_numpy()[r_node]
+    src[r_node[forward]] = s_node[forward]
+    return src
 
 
 def _joined(graphs: list[pd.DataFrame], moves: list[dict], column: str) -> np.ndarray:
@@ -52,7 +80,7 @@ def _joined(graphs: list[pd.DataFrame], moves: list[dict], column: str) -> np.nd
     parts = []
     for g, move in zip(graphs, moves):
         values = g[column].to_numpy()
-        if column in ("ps", "pe", "dr", "coll"):
+        if column in ("ps", "pe", "dr", "coll", "p2p"):
             values = np.where(values >= 0, values + move[column], -1)
         elif column in move:
             values = values + move[column] if column == "lane" else values - move[column]

@@ -12,6 +12,8 @@ import pandas as pd
 
 from tracekit import opschema, schema
 from tracekit.run import pipeschema
+from tracekit.run.commdims import COMM_BY_DIM_COLUMNS
+from tracekit.run.p2p import P2P_COLUMNS
 from tracekit.summary.facts import RunFacts
 
 
@@ -31,7 +33,9 @@ class Summary:
       gaps         one row per device idle interval, with its cause
       stragglers   ranks that arrive last at collectives far more often than chance
       imbalance    per step: slowest and median step time across ranks
-      mismatches   collectives that do not line up across ranks
+      mismatches   collectives that do not line up across ranks, and P2P calls without their other half
+      p2p          one row per send/recv pair (or lone call): transfer and waits (``tracekit.run.p2p``)
+      comm_by_dim  per rank and parallelism dimension: communication, exposed, bytes (``tracekit.run.commdims``)
       data_quality one row per rank: what its numbers rest on (events launched before the trace, dropped
                    events, unknown categories, where the rank came from, shapes recorded, device events absent)
       critical_path         per step: time on the chain of events that ends it, by rank and category
@@ -69,6 +73,8 @@ class Summary:
     stragglers: pd.DataFrame = _table(schema.STRAGGLER_COLUMNS)
     imbalance: pd.DataFrame = _table(schema.IMBALANCE_COLUMNS)
     mismatches: pd.DataFrame = _table(schema.MISMATCH_COLUMNS)
+    p2p: pd.DataFrame = _table(P2P_COLUMNS)
+    comm_by_dim: pd.DataFrame = _table(COMM_BY_DIM_COLUMNS)
     findings: tuple = ()
     critical_path: pd.DataFrame = _table(schema.CRITICAL_PATH_COLUMNS)
     critical_path_events: pd.DataFrame = _table(schema.CRITICAL_PATH_EVENT_COLUMNS)
@@ -185,7 +191,8 @@ def _detached(frame: pd.DataFrame) -> pd.DataFrame:
 
 # The JSON's tables in order (and where the findings go); those that grow with the trace's events are left out
 # unless asked for: on a real run they are over 90% of the JSON.
-TABLES = ("ranks", "steps", "collectives", "gaps", "stragglers", "imbalance", "mismatches", "findings", "critical_path",
+TABLES = ("ranks", "steps", "collectives", "gaps", "stragglers", "imbalance", "mismatches", "p2p", "comm_by_dim",
+          "findings", "critical_path",
           "critical_path_events", "data_quality", "fsdp", "kernels", "ops", "ops_by_shape", "op_steps", "memory",
           "memory_top", "memory_timeline", "optimization", "graph", "pipeline", "pipeline_blocks")
 EVENT_TABLES = ("gaps", "critical_path_events", "ops_by_shape", "op_steps", "memory_timeline", "graph")

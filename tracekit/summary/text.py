@@ -10,6 +10,7 @@ from tracekit.findings import checks
 from tracekit import quality
 from tracekit.summary.facts import one_or_all
 from tracekit.summary.text_pipeline import pipeline_lines
+from tracekit.summary.text_comm import model_parallel_lines
 from tracekit.summary.text_runs import what_ran_lines
 from tracekit.fmt import is_unknown, mb, ms, num, pct, share
 
@@ -41,6 +42,7 @@ def text_report(summary: Summary) -> str:
               _rank_lines(summary.ranks), ""]
     lines += ["Collectives in the window, per op, all ranks together", _op_lines(summary.collectives), ""]
     lines += pipeline_lines(summary)
+    lines += model_parallel_lines(summary.comm_by_dim, summary.p2p)
     lines += what_ran_lines(summary)
     lines += _quality_lines(summary)
     lines += _findings_lines(summary.findings, summary.data_quality)
@@ -99,6 +101,8 @@ def _rank_lines(ranks: pd.DataFrame) -> str:
         "span": ranks["span_us"].map(ms),
         "compute": [share(a, b) for a, b in zip(ranks["compute_us"], ranks["span_us"])],
         "exposed comm": [share(a, b) for a, b in zip(ranks["exposed_comm_us"], ranks["span_us"])],
+        **({"p2p wait": [share(a, b) for a, b in zip(ranks["p2p_wait_us"], ranks["span_us"])]}
+           if "p2p_wait_us" in ranks and (ranks["p2p_wait_us"] > 0).any() else {}),
         "memory": [share(a, b) for a, b in zip(ranks["memory_us"], ranks["span_us"])],
         "idle": [share(a, b) for a, b in zip(ranks["idle_us"], ranks["span_us"])],
         "comm overlapped %": ranks["overlap_pct"].map(pct),
