@@ -16,11 +16,12 @@ LOOSE = (0, 3)  # kernels of each replay whose correlation id links no runtime c
 
 
 def decode_loop(launch_name, steps=4, inductor=False):
-    """An engine's decode loop, one 1000 us step per ProfilerStep: 300 us of host work (not recorded), one graph
+    """An engine's decode loop, one 1000 us step per ProfilerStep, its host thread's Python recorded (``python_function``,
+    with_stack=True) over the whole step: 300 us of host work, one graph
     launch at +300 us (correlation 100 + i), then the graph's 10 kernels of 50 us back to back from +310 us. Kernels 0
     and 3 carry ids (5000+) that match no call, the others the launch's. One kernel on stream 9 (id 1, below every
     call's) was launched before the trace and runs at 320 us, after the first graph launch."""
-    events = [step(i + 1, i * 1000, 1000) for i in range(steps)]
+    events = [step(i + 1, i * 1000, 1000) for i in range(steps)] + python_steps(steps)
     for i in range(steps):
         base, corr = i * 1000, 100 + i
         events.append(cpu(launch_name, base + 300, 20, cat="cuda_runtime", correlation=corr))
@@ -33,9 +34,14 @@ def decode_loop(launch_name, steps=4, inductor=False):
     return events
 
 
+def python_steps(steps):
+    """The host thread's Python over each step, as with_stack=True records it: the host was busy, not unrecorded."""
+    return [cpu("engine.py(120): step", i * 1000, 1000, cat="python_function") for i in range(steps)]
+
+
 def eager_loop(steps=4):
     """The same loop without graphs: each of the 10 kernels has its own cudaLaunchKernel, issued from +300 us."""
-    events = [step(i + 1, i * 1000, 1000) for i in range(steps)]
+    events = [step(i + 1, i * 1000, 1000) for i in range(steps)] + python_steps(steps)
     for i in range(steps):
         base = i * 1000
         for k in range(10):

@@ -24,6 +24,7 @@ from tracekit.findings.finding import VENDOR, Finding, by_severity, gpu_vendor, 
 from tracekit.findings.finding import trains as _trains
 
 DATA_IDLE_SHARE = (0.05, 0.20)
+ALLOC_IDLE_SHARE = (0.05, 0.20)
 HOST_IDLE_SHARE = (0.10, 0.30)        # GPU ranks only
 SYNC_IDLE_SHARE = 0.01
 REDUCED_PRECISION_SHARE = 0.01        # of compute-kernel time
@@ -40,6 +41,23 @@ def _data_loading(ranks, collectives, stragglers, run):
                          "The device waits for the next batch for up to {share:.0%} of its time ({ranks}).",
                          "Load data ahead of the step: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, "
                          "prefetch_factor=2+), and copy batches with non_blocking=True.")
+
+
+def _allocator_stalls(ranks, collectives, stragglers, run):
+    """The device idles while the host takes memory from the driver (``idle_alloc_us``): the caching allocator
+    growing its pool. Not launch overhead: graph capture or a larger batch would need more memory, not less."""
+    device = ranks[ranks["device"] != "cpu"]
+    hip = bool((device["gpu_runtime"] == "hip").any()) if "gpu_runtime" in device else False
+    conf = "PYTORCH_HIP_ALLOC_CONF" if hip else "PYTORCH_CUDA_ALLOC_CONF"
+    return _idle_finding(
+        device, "idle_alloc_us", ALLOC_IDLE_SHARE, "allocator_stall",
+        "The device idles while the host allocates memory from the driver (cudaMalloc, cudaHostAlloc and the like: "
+        "the caching allocator growing its pool) for up to {share:.0%} of its time ({ranks}).",
+        "Reserve memory up front and keep it: run a warm-up step at the largest shapes before the loop so the "
+        "allocator's pool is filled once, call no torch.cuda.empty_cache() inside the loop, set "
+        f"{conf}=expandable_segments:True so segments grow in place rather than being allocated anew, avoid "
+        "fragmentation by keeping tensor shapes steady (pad variable lengths to a few sizes), and allocate pinned "
+        "host buffers once and reuse them.")
 
 
 def _host_bound(ranks, collectives, stragglers, run):
@@ -170,5 +188,5 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
 
 
-_CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _host_bound, _syncs, _no_reduced_precision,
-           low_busbw)
+_CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _allocator_stalls, _host_bound, _syncs,
+           _no_reduced_precision, low_busbw)

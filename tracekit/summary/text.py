@@ -67,6 +67,7 @@ def checked() -> tuple[str, ...]:
         f"exposed communication (>= {checks.EXPOSED_COMM_SHARE[0]:.0%} of the span)",
         f"stragglers (others wait >= {checks.STRAGGLER_WAIT_SHARE[0]:.0%} of a step for them)",
         f"data-loading idle (>= {checks.DATA_IDLE_SHARE[0]:.0%})",
+        f"allocator stalls on GPUs (idle >= {checks.ALLOC_IDLE_SHARE[0]:.0%})",
         f"host-bound launch gaps on GPUs (>= {checks.HOST_IDLE_SHARE[0]:.0%})",
         f"synchronizations inside the step (idle >= {checks.SYNC_IDLE_SHARE:.0%})",
         "DataParallel",

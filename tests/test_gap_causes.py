@@ -1,0 +1,167 @@
+"""Why the device idles (issue 33, classes 1 and 2): each gap's time split by what the launching host thread did over
+it (``tracekit.events.gapsplit``), interval by interval, innermost call first, unrecorded time its own cause, and
+allocator stalls a cause (``alloc``) with advice of their own. Every answer below is worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+import tracekit
+from tracekit.events.causes import CAUSES
+from tracedata import cpu, kernel, launch, step, write_trace
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+AR = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "dtype": "Float",
+      "Group size": 2, "Process Group Name": "0"}
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+A100 = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "totalGlobalMem": 85e9}]
+
+
+def summarize(tmp_path, events, **top):
+    return tracekit.summarize(write_trace(tmp_path / "rank0.json.gz", events, **top), window="all_steps", cache=False)
+
+
+def split(s) -> list[dict]:
+    """Each gap's non-zero parts (us), in time order."""
+    cols = [f"idle_{c}_us" for c in CAUSES]
+    return [{c.removeprefix("idle_").removesuffix("_us"): v for c, v in row.items() if v}
+            for row in s.gaps[cols].to_dict("records")]
+
+
+def test_each_cause_is_the_time_under_its_call(tmp_path):
+    events = [step(1, 0, 2000), step(2, 2000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),                      # busy [10, 100)
+              cpu("cudaDeviceSynchronize", 95, 95, cat="cuda_runtime"),                # gap [100, 200)
+              launch(190, 2), kernel("gemm", 200, 100, correlation=2),
+              cpu(LOADER, 290, 90, cat="user_annotation"),                             # gap [300, 400)
+              launch(385, 3), kernel("gemm", 400, 100, correlation=3),
+              cpu("c10d::allreduce_", 505, 85), launch(580, 4),                        # gap [500, 600)
+              kernel(NCCL, 600, 100, stream=20, correlation=4, **AR),
+              cpu("aten::mm", 690, 80), launch(775, 5), kernel("gemm", 800, 100, correlation=5),  # gap [700, 800)
+              launch(850, 6), kernel("gemm", 1000, 100, correlation=6),               # gap [900, 1000)
+              cpu("cudaMalloc", 1090, 90, cat="cuda_runtime"),                         # gap [1100, 1200)
+              launch(1185, 7), kernel("gemm", 1200, 100, correlation=7),
+              launch(1390, 8), kernel("gemm", 1400, 100, correlation=8)]               # gap [1300, 1400)
+    s = summarize(tmp_path, events)
+    assert split(s) == [
+        {"sync": 90, "host": 2, "host_unrecorded": 8},       # the sync [100, 190), the launch [190, 192)
+        {"data": 80, "host": 2, "host_unrecorded": 18},      # the loader [300, 380), the launch [385, 387)
+        {"comm_wait": 85, "host_unrecorded": 15},            # [505, 590): the launch inside is the collective's
+        {"host": 72, "host_unrecorded": 28},                 # aten::mm [700, 770) and the launch [775, 777)
+        {"other": 100},                                      # launched at 850, before the gap: a dependency
+        {"alloc": 80, "host": 2, "host_unrecorded": 18},     # cudaMalloc [1100, 1180), the launch [1185, 1187)
+        {"host": 2, "host_unrecorded": 98},                  # nothing but the launch at 1390
+    ]
+    assert s.gaps["cause"].tolist() == ["sync", "data", "comm_wait", "host", "other", "alloc", "host_unrecorded"]
+    r = s.ranks.iloc[0]
+    assert [r[f"idle_{c}_us"] for c in CAUSES] == [90, 80, 80, 85, 80, 185, 100]
+    assert r["idle_us"] == 700
+
+
+def test_a_long_loader_outweighs_a_brief_sync(tmp_path):
+    # The inference case: a 122 ms gap [100, 122100) holds a 1 us cudaStreamSynchronize [100, 101) and the DataLoader
+    # [150, 121150); the next kernel is launched at 122000 (2 us). Data 121000 us, sync 1, host 2, the rest 997.
+    events = [step(1, 0, 130_000), step(2, 130_000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu("cudaStreamSynchronize", 100, 1, cat="cuda_runtime"), cpu(LOADER, 150, 121_000, cat="user_annotation"),
+              launch(122_000, 2), kernel("gemm", 122_100, 100, correlation=2)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"sync": 1, "data": 121_000, "host": 2, "host_unrecorded": 997}]
+    assert s.gaps["cause"].tolist() == ["data"]
+    kinds = {f.kind for f in s.findings}
+    assert "data_loading" in kinds and "sync_in_step" not in kinds
+
+
+def test_a_late_host_op_is_host_time_though_a_collective_grazes_the_gap(tmp_path):
+    # DLRM: gap [100, 32900). The host's all_to_all [0, 150) grazes its first 50 us; aten::split_with_sizes runs
+    # [200, 21200) (21 ms); the next kernel is launched at 32850. Host 21002, comm 50, unrecorded 11748.
+    a2a = {**AR, "Collective name": "all_to_all"}
+    events = [step(1, 0, 40_000), step(2, 40_000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu("c10d::alltoall_", 0, 150), cpu("aten::split_with_sizes", 200, 21_000),
+              launch(32_850, 2), kernel("ncclDevKernel_SendRecv", 32_900, 100, stream=20, correlation=2, **a2a)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"comm_wait": 50, "host": 21_002, "host_unrecorded": 11_748}]
+    assert s.gaps["cause"].tolist() == ["host"]
+
+
+def test_a_gap_with_no_host_op_is_unrecorded_not_the_next_collective(tmp_path):
+    # A straggler's 1 s gap [100, 1000100): the host records nothing but the launch [1000050, 1000052) of the
+    # all-reduce that ends it. Not comm_wait (the next work being a collective says nothing of the host).
+    events = [step(1, 0, 1_100_000), step(2, 1_100_000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              launch(1_000_050, 2), kernel(NCCL, 1_000_100, 100, stream=20, correlation=2, **AR)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"host": 2, "host_unrecorded": 999_998}]
+    assert s.ranks.iloc[0]["idle_comm_wait_us"] == 0
+
+
+def test_nested_calls_the_innermost_wins(tmp_path):
+    # Gap [100, 1000). The DataLoader [100, 900) holds aten::to [200, 600), which holds a blocking cudaMemcpy
+    # [300, 500), and aten::stack [650, 700). Innermost: sync [300, 500) = 200; the rest of the loader is data
+    # (600: the ops inside it are its work); the launch [980, 982) host 2; unrecorded 98.
+    events = [step(1, 0, 1100), step(2, 1100, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu(LOADER, 100, 800, cat="user_annotation"), cpu("aten::to", 200, 400),
+              cpu("cudaMemcpy", 300, 200, cat="cuda_runtime"), cpu("aten::stack", 650, 50),
+              launch(980, 2), kernel("gemm", 1000, 50, correlation=2)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"sync": 200, "data": 600, "host": 2, "host_unrecorded": 98}]
+
+
+def test_the_thread_that_launches_next_is_the_one_read(tmp_path):
+    # Gap [100, 600). Thread 2 launches the next kernel at 590; thread 1 sits in cudaDeviceSynchronize [100, 600)
+    # meanwhile, thread 2 in aten::mm [100, 400). Thread 2's story: host 300 + 2, unrecorded 198.
+    events = [step(1, 0, 700), step(2, 700, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu("cudaDeviceSynchronize", 100, 500, cat="cuda_runtime"), cpu("aten::mm", 100, 300, tid=2),
+              launch(590, 2, tid=2), kernel("gemm", 600, 50, correlation=2)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"host": 302, "host_unrecorded": 198}]
+
+
+def test_allocator_stalls_are_alloc_with_allocator_advice(tmp_path):
+    # Gaps [100, 35100) under cudaMalloc [100, 35000) and [35200, 121200) under cudaMallocAsync [35200, 121100):
+    # The span [10, 121300) is 121,290 us, 121,000 of it idle: 34,900 + 85,900 = 120,800 alloc (99.6%), the launches
+    # [35050, 35052) and [121150, 121152) host, the rest (296) unrecorded.
+    events = [step(1, 0, 130_000), step(2, 130_000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu("cudaMalloc", 100, 34_900, cat="cuda_runtime"),
+              launch(35_050, 2), kernel("gemm", 35_100, 100, correlation=2),
+              cpu("cudaMallocAsync", 35_200, 85_900, cat="cuda_runtime"),
+              launch(121_150, 3), kernel("gemm", 121_200, 100, correlation=3)]
+    s = summarize(tmp_path, events, deviceProperties=A100)
+    r = s.ranks.iloc[0]
+    assert (r["idle_alloc_us"], r["idle_sync_us"], r["idle_host_us"]) == (120_800, 0, 4)
+    assert s.gaps["cause"].tolist() == ["alloc", "alloc"]
+    found = {f.kind: f for f in s.findings}
+    assert "host_bound" not in found and "sync_in_step" not in found
+    f = found["allocator_stall"]
+    assert f.severity == "high" and f.evidence["share"] == pytest.approx(120_800 / 121_290)
+    assert "expandable_segments" in f.recommendation and "up front" in f.recommendation
+    assert "graph" not in f.recommendation.lower() and "batch size" not in f.recommendation
+
+
+def test_cuda_free_stays_sync(tmp_path):
+    events = [step(1, 0, 6000), step(2, 6000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu("cudaFree", 100, 4800, cat="cuda_runtime"),
+              launch(4950, 2), kernel("gemm", 5000, 100, correlation=2)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"sync": 4800, "host": 2, "host_unrecorded": 98}]
+
+
+def test_cpu_rank_gaps_are_split_on_the_training_thread(tmp_path):
+    # The training thread (tid 1) is the device: gaps are where it runs no operator. [100, 150): nothing open on it
+    # (the step annotation explains nothing): unrecorded. [250, 300): the DataLoader [240, 320) is open: data.
+    # [450, 460): gloo's all_reduce ran [350, 450) on its own thread; nothing on tid 1: unrecorded.
+    events = [step(1, 0, 1000), step(2, 1000, 100),
+              cpu("aten::mm", 0, 100), cpu("aten::mm", 150, 100),
+              cpu(LOADER, 240, 80, cat="user_annotation"), cpu("aten::add", 300, 50),
+              cpu("gloo:all_reduce", 350, 100, cat="user_annotation", tid=9,
+                  **{"Input Dims": [[10]], "Input type": ["float"]}),
+              cpu("aten::mm", 460, 40)]
+    s = summarize(tmp_path, events, backend="gloo")
+    assert split(s) == [{"host_unrecorded": 50}, {"data": 50}, {"host_unrecorded": 10}]
+    r = s.ranks.iloc[0]
+    assert (r["idle_host_unrecorded_us"], r["idle_data_us"], r["idle_host_us"]) == (60, 50, 0)
