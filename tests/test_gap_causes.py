@@ -1,13 +1,16 @@
-"""Why the device idles (issue 33, classes 1 and 2): each gap's time split by what the launching host thread did over
-it (``tracekit.events.gapsplit``), interval by interval, innermost call first, unrecorded time its own cause, and
-allocator stalls a cause (``alloc``) with advice of their own. Every answer below is worked by hand."""
+"""Why the device idles (issue 33, classes 1, 2 and 5): each gap's time split by what the launching host thread did
+over it (``tracekit.events.gapsplit``), interval by interval, innermost call first, unrecorded time its own cause;
+allocator stalls a cause (``alloc``) with advice of their own; and exposed-communication advice that follows the
+calls' wait and transfer. Every answer below is worked by hand."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import tracekit
 from tracekit.events.causes import CAUSES
+from tracekit.findings import comm_findings
 from tracedata import cpu, kernel, launch, step, write_trace
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
@@ -59,8 +62,8 @@ def test_each_cause_is_the_time_under_its_call(tmp_path):
 
 
 def test_a_long_loader_outweighs_a_brief_sync(tmp_path):
-    # The inference case: a 122 ms gap [100, 122100) holds a 1 us cudaStreamSynchronize [100, 101) and the DataLoader
-    # [150, 121150); the next kernel is launched at 122000 (2 us). Data 121000 us, sync 1, host 2, the rest 997.
+    # The inference case: a 122 ms gap [100, 122100) holds a 1 us cudaStreamSynchronize [100, 101) and the
+    # DataLoader [150, 121150); the next kernel is launched at 122000 (2 us). Data 121000 us, sync 1, host 2, the rest 997.
     events = [step(1, 0, 130_000), step(2, 130_000, 100),
               launch(1, 1), kernel("gemm", 10, 90, correlation=1),
               cpu("cudaStreamSynchronize", 100, 1, cat="cuda_runtime"), cpu(LOADER, 150, 121_000, cat="user_annotation"),
@@ -94,6 +97,11 @@ def test_a_gap_with_no_host_op_is_unrecorded_not_the_next_collective(tmp_path):
     s = summarize(tmp_path, events)
     assert split(s) == [{"host": 2, "host_unrecorded": 999_998}]
     assert s.ranks.iloc[0]["idle_comm_wait_us"] == 0
+    # Span [10, 1000200): 999,998 / 1,000,190 unrecorded. What to do is first to record it: no launch-overhead advice.
+    found = {f.kind: f for f in s.findings}
+    assert "host_bound" not in found and found["host_unrecorded"].severity == "high"
+    assert found["host_unrecorded"].evidence["share"] == pytest.approx(999_998 / 1_000_190)
+    assert "with_stack=True" in found["host_unrecorded"].recommendation
 
 
 def test_nested_calls_the_innermost_wins(tmp_path):
@@ -165,3 +173,45 @@ def test_cpu_rank_gaps_are_split_on_the_training_thread(tmp_path):
     assert split(s) == [{"host_unrecorded": 50}, {"data": 50}, {"host_unrecorded": 10}]
     r = s.ranks.iloc[0]
     assert (r["idle_host_unrecorded_us"], r["idle_data_us"], r["idle_host_us"]) == (60, 50, 0)
+
+
+# --- class 5: the exposed-communication advice follows wait vs transfer ----------------------------------------------
+
+def exposed(wait_us: float, transfer_us: float, stragglers=None):
+    """Rank 0 spends ``wait_us + transfer_us`` in one all_to_all, exposed, over a 100 ms span; rank 1 arrives
+    ``wait_us`` later (last) and spends ``transfer_us``. Only rank 0 is over the 10% bar."""
+    dur = wait_us + transfer_us
+    coll = pd.DataFrame({"rank": [0, 1], "op": ["all_to_all"] * 2, "dur_us": [dur, transfer_us], "in_window": True,
+                         "matched": True, "match_id": [7, 7], "wait_us": [wait_us, 0.0],
+                         "transfer_us": [transfer_us, transfer_us], "last_arrival": [False, True]})
+    ranks = pd.DataFrame({"rank": [0, 1], "span_us": [100_000.0] * 2, "exposed_comm_us": [dur, transfer_us],
+                          "ddp": [False] * 2, "training": [True] * 2})
+    return comm_findings.exposed_comm(ranks, coll, stragglers, None)[0]
+
+
+def test_a_call_that_mostly_waits_points_to_the_late_rank_not_the_transfer():
+    # The tensor-parallel case: 48,198 us waiting, 230 us transfer: 99.5% waiting. The all_to_all's transfer share
+    # (230 / 48,428 = 0.5%) is under DOMINANT_OP_SHARE: no transfer advice; rank 1 is behind all of the wait.
+    f = exposed(48_198.0, 230.0, stragglers=pd.DataFrame({"rank": [1]}))
+    assert f.ranks == (0,) and f.severity == "high"
+    assert f.evidence["wait_share"] == pytest.approx(48_198 / 48_428)
+    assert (f.evidence["late_rank"], f.evidence["late_wait_share"]) == (1, 1.0)
+    assert f.recommendation.startswith(">99% of this communication time is waiting")
+    assert "Rank 1 arrives last at the calls behind 100% of the wait (a straggler" in f.recommendation
+    assert "TrainPipelineSparseDist" not in f.recommendation and "quantized communication" not in f.recommendation
+    assert "48.2 ms is waiting for the last rank to arrive and 0.2 ms transfer" in f.message
+
+
+def test_a_call_that_mostly_transfers_keeps_its_transfer_advice():
+    # 1,000 us waiting, 9,000 us transfer: 10% waiting, the transfer advice stands and no late rank is named.
+    f = exposed(1_000.0, 9_000.0)
+    assert f.evidence["wait_share"] == pytest.approx(0.1) and "late_rank" not in f.evidence
+    assert f.recommendation.startswith("all_to_all (embedding tables") and "Rank 1" not in f.recommendation
+
+
+def test_a_call_that_waits_more_than_half_gets_both_in_proportion():
+    # 6,000 us waiting, 4,000 transfer: 60% waiting (over WAIT_SHARE), 40% transfer (over DOMINANT_OP_SHARE):
+    # the late rank first, then the all_to_all's transfer advice.
+    f = exposed(6_000.0, 4_000.0)
+    assert f.recommendation.startswith("60% of this communication time is waiting")
+    assert f.recommendation.index("Rank 1 arrives last") < f.recommendation.index("TrainPipelineSparseDist")

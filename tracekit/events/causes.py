@@ -29,9 +29,10 @@ from tracekit.events.graphs import GRAPH_LAUNCH, runtime_calls
 from tracekit.read.categories import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.read.coded import distinct
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
+from tracekit.schema import IDLE_CAUSES
 
 # The one order of the causes: the Summary's idle_<cause>_us columns, the charts' stacks and compare's rows follow it.
-CAUSES = ("sync", "alloc", "data", "comm_wait", "host", "host_unrecorded", "other")
+CAUSES = tuple(IDLE_CAUSES)
 # Host calls that block until the device drains: every *Synchronize, blocking (not *Async) copies and memsets, frees
 # (the async stream-ordered cudaFreeAsync excepted) and pinned host allocations, and ops that read a device value.
 SYNC_CALL = re.compile(r"(?i)synchronize$|^(cuda|hip)memcpy(2d|3d|dtoh|htod|dtod|withstream)?$|^(cuda|hip)memset$"

@@ -128,7 +128,8 @@ def _spans(table: pd.DataFrame, keep: np.ndarray, code: np.ndarray) -> pd.DataFr
 
 
 def _name_codes(name: pd.Series) -> np.ndarray:
-    """Per row, the index in ``SPECIFIC`` of the first pattern its name matches, -1 for none (asked per distinct name)."""
+    """Per row, the index in ``SPECIFIC`` of the first pattern its name matches, -1 for none (asked once per
+    distinct name)."""
     names = name.astype("category") if not isinstance(name.dtype, pd.CategoricalDtype) else name
     distinct = names.cat.categories.astype(str)
     per_name = np.full(len(distinct) + 1, -1, dtype=np.int8)  # the last: no name (code -1)

@@ -91,6 +91,21 @@ def _host_bound(ranks, collectives, stragglers, run):
                                           "graph_launch_wait_share": graph_share})]
 
 
+def _host_unrecorded(ranks, collectives, stragglers, run):
+    """The device idles while the thread that launches its work records nothing (``idle_host_unrecorded_us``): the
+    trace cannot say what the host did, so the advice is first to record it."""
+    device = ranks[ranks["device"] != "cpu"]
+    unit = "device" if (device["gpu_runtime"] == "mtia").any() else "GPU"
+    return _idle_finding(
+        device, "idle_host_unrecorded_us", HOST_IDLE_SHARE, "host_unrecorded",
+        f"The {unit} idles for up to {{share:.0%}} of its time ({{ranks}}) while the thread that launches its work "
+        "records nothing: Python between operators, or work the profiler did not record.",
+        "Record what the host does there: profile with with_stack=True (Python functions) or wrap the loop's host "
+        "work in torch.profiler.record_function ranges, and look at the longest gaps on the timeline. Python "
+        "overhead between small ops: torch.compile, or capture the step as a graph. One long stall (logging, "
+        "checkpointing, evaluation, input preparation outside the DataLoader): move it off the step.")
+
+
 # For steps that already replay CUDA/HIP graphs (an engine's decode, torch.compile's cudagraph trees).
 REPLAY_ADVICE = ("The steps already replay {graphs}, so capturing them again gains nothing; cut the host time between "
                  "replays: fewer, larger graphs (capture more of the step in one graph; under torch.compile, fewer "
@@ -188,5 +203,5 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
 
 
-_CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _allocator_stalls, _host_bound, _syncs,
-           _no_reduced_precision, low_busbw)
+_CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _allocator_stalls, _host_bound, _host_unrecorded,
+           _syncs, _no_reduced_precision, low_busbw)

@@ -90,8 +90,8 @@ def exposed_comm(ranks, collectives, stragglers, run):
     ddp = holds_on_any(ranks, hit, "ddp")
     training = trains(ranks[ranks["rank"].isin(list(hit))])  # ranks disagreeing: training wins if any hit rank trains
     named = ", ".join(f"{op} {ops[op]:.0%}" for op in dominant)
-    moving, wait_us, transfer_us = transfer_shares(collectives, hit)
-    waiting = wait_us / (sum(ops_us(collectives, hit).values()) or math.nan)
+    moving, wait_us, transfer_us, total_us = transfer_shares(collectives, hit)
+    waiting = wait_us / total_us if total_us > 0 else math.nan
     mostly_waiting = waiting >= WAIT_SHARE
     advised = [op for op in dominant_ops(moving) if moving[op] >= DOMINANT_OP_SHARE or not mostly_waiting]
     advice = list(dict.fromkeys(_op_advice(op, ddp, training) for op in advised))
@@ -102,7 +102,8 @@ def exposed_comm(ranks, collectives, stragglers, run):
     if wait_us + transfer_us > 0:
         evidence.update(comm_wait_us=wait_us, comm_transfer_us=transfer_us, wait_share=waiting)
         message += (f" Of the calls matched across ranks, {wait_us / 1e3:,.1f} ms is waiting for the last rank to "
-                    f"arrive and {transfer_us / 1e3:,.1f} ms transfer ({waiting:.0%} of the communication time waits).")
+                    f"arrive and {transfer_us / 1e3:,.1f} ms transfer ({_share(waiting)} of the communication time "
+                    "waits).")
     if mostly_waiting:
         late, late_share = late_rank(collectives, hit)
         evidence.update(late_rank=late, late_wait_share=late_share)
@@ -117,31 +118,30 @@ WAIT_SHARE = 0.5                      # of the communication time: waiting, not 
 
 def _wait_advice(late, late_share, waiting, stragglers, run) -> str:
     """What to do when the calls mostly wait: look at the rank they wait for, not at the transfer."""
-    head = (f"{waiting:.0%} of this communication time is waiting for other ranks to reach the call, not moving "
+    head = (f"{_share(waiting)} of this communication time is waiting for other ranks to reach the call, not moving "
             "data: faster transfers (async_op, fewer or quantized calls) would not shorten it.")
     if late is None:
         return (head + " No one rank is last to arrive: the ranks reach these calls at different times, so balance "
                 "the work before them (the per-step imbalance table shows the slowest rank of each step).")
-    named = set()
-    for table in (stragglers, getattr(run, "straggler_suspicions", None)):
-        if isinstance(table, pd.DataFrame) and "rank" in table:
-            named |= {int(r) for r in table["rank"]}
-    see = " (the straggler finding)" if late in named else ""
-    return (head + f" Rank {late} arrives last at the calls behind {late_share:.0%} of the wait{see}: find what it "
+    proven = isinstance(stragglers, pd.DataFrame) and "rank" in stragglers and late in set(stragglers["rank"])
+    suspects = getattr(run, "straggler_suspicions", None)
+    suspected = isinstance(suspects, pd.DataFrame) and "rank" in suspects and late in set(suspects["rank"])
+    see = " (a straggler: see the stragglers table)" if proven else " (a suspected straggler)" if suspected else ""
+    return (head + f" Rank {late} arrives last at the calls behind {_share(late_share)} of the wait{see}: find what it "
             "does before them that the others do not (a slower input shard or data loader, extra work such as "
             "logging or evaluation, uneven sharding, a slower device or link) and balance it.")
 
 
-def ops_us(collectives: pd.DataFrame, ranks) -> dict[str, float]:
-    """Summed call time (us) of the window's collectives on ``ranks``, per op."""
-    calls = collectives[collectives["in_window"].astype(bool) & collectives["rank"].isin(list(ranks))]
-    return {str(op): float(v) for op, v in calls.groupby(calls["op"].astype(str))["dur_us"].sum().items()}
+def _share(x: float) -> str:
+    """A share as a whole percentage that says 100% only when it is: 0.995 is '>99%'."""
+    return ">99%" if 0.99 < x < 1 else f"{x:.0%}"
 
 
-def transfer_shares(collectives: pd.DataFrame, ranks) -> tuple[dict[str, float], float, float]:
+def transfer_shares(collectives: pd.DataFrame, ranks) -> tuple[dict[str, float], float, float, float]:
     """(per op, the share of the communication time of ``ranks`` not known to be waiting: a matched call's time
-    after the last rank arrived, an unmatched call's whole time; largest first. The matched calls' summed wait and
-    transfer, us.) Without matched calls (one rank, no ``wait_us`` column) that is ``op_shares``, and 0, 0."""
+    after the last rank arrived, an unmatched call's whole time, largest first; the matched calls' summed wait and
+    transfer, and all the calls' summed time, us.) Without matched calls (one rank, no ``wait_us`` column) the
+    shares are ``op_shares``'s, wait and transfer 0."""
     calls = collectives[collectives["in_window"].astype(bool) & collectives["rank"].isin(list(ranks))]
     if "wait_us" in calls and "matched" in calls:
         matched = calls["matched"].fillna(False).astype(bool) & calls["wait_us"].notna()
@@ -151,10 +151,10 @@ def transfer_shares(collectives: pd.DataFrame, ranks) -> tuple[dict[str, float],
         wait, transfer = pd.Series(0.0, index=calls.index), 0.0
     total = float(calls["dur_us"].sum())
     if total <= 0:
-        return {}, 0.0, 0.0
+        return {}, 0.0, 0.0, 0.0
     per_op = (calls["dur_us"] - wait).groupby(calls["op"].astype(str)).sum()
     per_op = per_op[per_op > 0].sort_values(ascending=False, kind="stable")
-    return {str(op): float(v) / total for op, v in per_op.items()}, float(wait.sum()), transfer
+    return {str(op): float(v) / total for op, v in per_op.items()}, float(wait.sum()), transfer, total
 
 
 def late_rank(collectives: pd.DataFrame, ranks) -> tuple[int | None, float]:

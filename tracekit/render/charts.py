@@ -25,6 +25,7 @@ COLORS = {
     "compute": "#4C78A8", "overlapped comm": "#72B7B2", "exposed comm": "#E45756", "memory": "#F58518",
     "idle": "#BAB0AC", "idle: host": "#B279A2", "idle: sync": "#FF9DA6", "idle: data": "#9D755D",
     "idle: comm_wait": "#EECA3B", "idle: other": "#BAB0AC", "wait": "#EECA3B", "transfer": "#E45756",
+    "idle: alloc": "#54A24B", "idle: host_unrecorded": "#D6CBD3",
 }
 TOP = 70  # px above the plot: the toolbar's row, then the title's (``TOP_NOTED`` with a subtitle under the title)
 TOP_NOTED = 95

@@ -69,6 +69,7 @@ def checked() -> tuple[str, ...]:
         f"data-loading idle (>= {checks.DATA_IDLE_SHARE[0]:.0%})",
         f"allocator stalls on GPUs (idle >= {checks.ALLOC_IDLE_SHARE[0]:.0%})",
         f"host-bound launch gaps on GPUs (>= {checks.HOST_IDLE_SHARE[0]:.0%})",
+        f"unrecorded host time before launches on GPUs (>= {checks.HOST_IDLE_SHARE[0]:.0%})",
         f"synchronizations inside the step (idle >= {checks.SYNC_IDLE_SHARE:.0%})",
         "DataParallel",
         f"fp16/bf16 kernels on tensor-core GPUs (< {checks.REDUCED_PRECISION_SHARE:.0%} of compute)",
