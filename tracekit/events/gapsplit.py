@@ -50,9 +50,8 @@ def split_gaps(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, ops:
         return pd.DataFrame({"cause": pd.Series(dtype=object), **{c: pd.Series(dtype=np.float64) for c in columns}})
     gs = gaps["start_ns"].to_numpy().astype(np.int64)
     ge = gs + np.rint(gaps["dur_us"].to_numpy() * 1e3).astype(np.int64)
-    spans = _host_spans(events, ops)
-    thread, launched_before = _gap_threads(gs, ge, dev, events, spans, on_gpu)
-    split = _split_on_threads(gs, ge, thread, spans)
+    thread, launched_before = _gap_threads(gs, ge, dev, events, ops, on_gpu)
+    split = _split_on_threads(gs, ge, thread, _host_spans(events, ops, set(thread) - {""}))
     other = launched_before | (thread == "")  # no host thread to read: the trace does not say why
     split[other] = 0
     split[other, causes.CAUSES.index("other")] = (ge - gs)[other]
@@ -104,27 +103,27 @@ def _innermost(thread_at: np.ndarray, start: np.ndarray, end: np.ndarray, code: 
                      np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)])) for parts in won]
 
 
-def _host_spans(events: pd.DataFrame, ops: pd.DataFrame | None) -> pd.DataFrame:
-    """Every recorded host span with a cause: thread (text), start_ns, end_ns, code (index of ``SPECIFIC``, or
-    ``_GENERIC`` for plain host work). From the events table (runtime calls, the host ops it keeps, annotations)
-    and, for the operators it leaves out on a GPU rank, the ops table's ``cpu_op`` rows (a row in both tables
-    counts once: equal spans of one cause nest)."""
+def _host_spans(events: pd.DataFrame, ops: pd.DataFrame | None, threads: set | None) -> pd.DataFrame:
+    """Every recorded host span with a cause on ``threads`` (None: all): thread (text), start_ns, end_ns, code
+    (index of ``SPECIFIC``, or ``_GENERIC`` for plain host work). From the events table (runtime calls, the host ops
+    it keeps, annotations) and, for the operators it leaves out on a GPU rank, the ops table's ``cpu_op`` rows (a
+    row in both tables counts once: equal spans of one cause nest)."""
     host = (events["kind"].isna() & (events["dur_ns"] >= 0) & ~events["cat"].isin(DEVICE_CATEGORIES)).to_numpy()
     code = _name_codes(events["name"])
     code = np.where(code < 0, np.where(events["cat"].isin(_WORK_CATEGORIES).to_numpy(), _GENERIC, -1), code)
-    keep = host & (code >= 0)
-    parts = [_spans(events, keep, code)]
+    parts = [_spans(events, host & (code >= 0) & _on(events["tid"], threads), code)]
     if ops is not None and len(ops):
-        op_rows = ops["cpu_op"].to_numpy(dtype=bool) & (ops["dur_ns"].to_numpy() >= 0)
+        op_rows = ops["cpu_op"].to_numpy(dtype=bool) & (ops["dur_ns"].to_numpy() >= 0) & _on(ops["tid"], threads)
         op_code = _name_codes(ops["name"])
         parts.append(_spans(ops, op_rows, np.where(op_code < 0, _GENERIC, op_code)))
     return pd.concat(parts, ignore_index=True)
 
 
 def _spans(table: pd.DataFrame, keep: np.ndarray, code: np.ndarray) -> pd.DataFrame:
-    start = table["ts_ns"].to_numpy()[keep]
-    return pd.DataFrame({"thread": _texts(table["tid"])[keep], "start_ns": start,
-                         "end_ns": start + table["dur_ns"].to_numpy()[keep], "code": code[keep].astype(np.int8)})
+    rows = np.flatnonzero(keep)
+    start = table["ts_ns"].to_numpy()[rows]
+    return pd.DataFrame({"thread": _tid_text(table["tid"], rows), "start_ns": start,
+                         "end_ns": start + table["dur_ns"].to_numpy()[rows], "code": code[rows].astype(np.int8)})
 
 
 def _name_codes(name: pd.Series) -> np.ndarray:
@@ -138,38 +137,50 @@ def _name_codes(name: pd.Series) -> np.ndarray:
     return per_name[names.cat.codes.to_numpy()]
 
 
-def _texts(tid: pd.Series) -> np.ndarray:
-    """A thread id column as text per row (categorical or not), '' for none."""
-    if isinstance(tid.dtype, pd.CategoricalDtype):
-        return np.append(tid.cat.categories.astype(str).to_numpy(dtype=object), "")[tid.cat.codes.to_numpy()]
-    return tid.astype(object).where(tid.notna(), "").astype(str).to_numpy(dtype=object)
+def _categorical(tid: pd.Series) -> pd.Series:
+    return tid if isinstance(tid.dtype, pd.CategoricalDtype) else tid.astype(str).astype("category")
 
 
-def _gap_threads(gs, ge, dev, events, spans, on_gpu) -> tuple[np.ndarray, np.ndarray]:
+def _tid_text(tid: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """The thread id of rows ``rows`` as text, '' for none (no per-row string is made for the other rows)."""
+    tid = _categorical(tid)
+    texts = np.append(tid.cat.categories.astype(str).to_numpy(dtype=object), "")
+    return texts[tid.cat.codes.to_numpy()[rows]]
+
+
+def _on(tid: pd.Series, threads: set | None) -> np.ndarray:
+    """Per row, whether its thread (as text) is one of ``threads`` (None: every row)."""
+    if threads is None:
+        return np.ones(len(tid), dtype=bool)
+    tid = _categorical(tid)
+    wanted = np.append(np.isin(tid.cat.categories.astype(str).to_numpy(dtype=object), list(threads)), False)
+    return wanted[tid.cat.codes.to_numpy()]
+
+
+def _gap_threads(gs, ge, dev, events, ops, on_gpu) -> tuple[np.ndarray, np.ndarray]:
     """(the host thread each gap is split on, '' where none is known; whether its next work was launched before
     it began)."""
-    main = _main_thread(dev, events, spans, on_gpu)
+    main = _main_thread(dev, events, ops, on_gpu)
     if not on_gpu:
         return np.full(len(gs), main, dtype=object), np.zeros(len(gs), dtype=bool)
     order = np.argsort(dev["start_ns"].to_numpy(), kind="stable")
     nxt = order[np.minimum(np.searchsorted(dev["start_ns"].to_numpy()[order], ge, side="left"), len(order) - 1)]
     launch_ns, launch_row = dev["launch_ns"].to_numpy()[nxt], dev["launch_row"].to_numpy()[nxt]
-    tids = _texts(events["tid"])
-    thread = np.where(launch_row >= 0, tids[np.maximum(launch_row, 0)], main)
+    thread = np.where(launch_row >= 0, _tid_text(events["tid"], np.maximum(launch_row, 0)), main)
     return thread.astype(object), (launch_row >= 0) & (launch_ns <= gs)
 
 
-def _main_thread(dev: pd.DataFrame, events: pd.DataFrame, spans: pd.DataFrame, on_gpu: bool) -> str:
+def _main_thread(dev: pd.DataFrame, events: pd.DataFrame, ops: pd.DataFrame | None, on_gpu: bool) -> str:
     """A GPU rank's thread that launches the most device events, a CPU rank's thread that runs the most operators
     (the training thread); without either, the thread with the most recorded host work; '' without any."""
-    tids = _texts(events["tid"])
     if on_gpu:
         rows = dev["launch_row"].to_numpy()
-        picked = tids[rows[rows >= 0]]
+        picked = _tid_text(events["tid"], rows[rows >= 0])
     else:
-        picked = tids[(events["kind"] == "compute").to_numpy()]
+        picked = _tid_text(events["tid"], np.flatnonzero((events["kind"] == "compute").to_numpy()))
     if len(picked):
         return str(pd.Series(picked).mode().iloc[0])
+    spans = _host_spans(events, ops, None)
     work = spans[spans["code"] == _GENERIC]
     if work.empty:
         return ""

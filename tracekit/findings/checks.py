@@ -93,17 +93,21 @@ def _host_bound(ranks, collectives, stragglers, run):
 
 def _host_unrecorded(ranks, collectives, stragglers, run):
     """The device idles while the thread that launches its work records nothing (``idle_host_unrecorded_us``): the
-    trace cannot say what the host did, so the advice is first to record it."""
+    trace cannot say what the host did, so the advice is first to record it. Steps that already replay graphs are
+    not told to capture them."""
     device = ranks[ranks["device"] != "cpu"]
     unit = "device" if (device["gpu_runtime"] == "mtia").any() else "GPU"
+    replay = "graph_launches" in device and bool((device["graph_launches"].fillna(0) > 0).any())
+    python = ("fewer, larger graph replays and less Python between them" if replay
+              else "torch.compile, or capture the step as a graph")
     return _idle_finding(
         device, "idle_host_unrecorded_us", HOST_IDLE_SHARE, "host_unrecorded",
         f"The {unit} idles for up to {{share:.0%}} of its time ({{ranks}}) while the thread that launches its work "
         "records nothing: Python between operators, or work the profiler did not record.",
         "Record what the host does there: profile with with_stack=True (Python functions) or wrap the loop's host "
         "work in torch.profiler.record_function ranges, and look at the longest gaps on the timeline. Python "
-        "overhead between small ops: torch.compile, or capture the step as a graph. One long stall (logging, "
-        "checkpointing, evaluation, input preparation outside the DataLoader): move it off the step.")
+        f"overhead between small ops: {python}. One long stall (logging, checkpointing, evaluation, input "
+        "preparation outside the DataLoader): move it off the step.")
 
 
 # For steps that already replay CUDA/HIP graphs (an engine's decode, torch.compile's cudagraph trees).

@@ -200,7 +200,8 @@ def wait_vs_transfer(summary) -> go.Figure:
 # ------------------------------------------------------------------------------------------------- idle
 
 def gap_histogram(summary, bins: int = 40) -> go.Figure:
-    """Histogram of idle-gap durations (ms) on log-spaced bins, stacked by cause."""
+    """Histogram of idle-gap durations (ms) on log-spaced bins, stacked by each gap's largest cause (``cause``: the
+    split of its time is in its ``idle_<cause>_us`` columns and ``idle_by_cause``)."""
     gaps = summary.gaps[summary.gaps["dur_us"] > 0]
     fig = go.Figure()
     if gaps.empty:
@@ -214,14 +215,14 @@ def gap_histogram(summary, bins: int = 40) -> go.Figure:
             name = f"idle: {cause}"
             fig.add_bar(x=centers / 1e3, y=counts, width=widths / 1e3, name=name, marker_color=COLORS.get(name),
                         hovertemplate="%{x:,.3~r} ms: %{y} gaps")
-    fig.update_layout(barmode="stack", title=title("Idle gaps by duration"), xaxis_title="gap (ms)",
+    fig.update_layout(barmode="stack", title=title("Idle gaps by duration (coloured by each gap's largest cause)"), xaxis_title="gap (ms)",
                       yaxis_title="gaps", bargap=0, **_LAYOUT)
     fig.update_xaxes(**LOG_AXIS)
     return fig
 
 
 def idle_by_cause(summary) -> go.Figure:
-    """Per rank, stacked idle time by cause (ms)."""
+    """Per rank, stacked idle time by cause (ms): each gap's time split by what the launching thread did over it."""
     causes = idle_causes(summary)
     fig = go.Figure()
     for cause in IDLE_CAUSES:
@@ -233,7 +234,7 @@ def idle_by_cause(summary) -> go.Figure:
 
 
 def largest_gaps(summary, n: int = 20) -> pd.DataFrame:
-    """The ``n`` longest idle gaps of the run (``summary.gaps`` rows: rank, start_us, dur_us, cause)."""
+    """The ``n`` longest idle gaps of the run (``summary.gaps`` rows: rank, start_us, dur_us, cause, its split)."""
     return summary.gaps.nlargest(n, "dur_us").reset_index(drop=True)
 
 
