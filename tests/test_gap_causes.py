@@ -5,6 +5,8 @@ calls' wait and transfer. Every answer below is worked by hand."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -63,10 +65,12 @@ def test_each_cause_is_the_time_under_its_call(tmp_path):
 
 def test_a_long_loader_outweighs_a_brief_sync(tmp_path):
     # The inference case: a 122 ms gap [100, 122100) holds a 1 us cudaStreamSynchronize [100, 101) and the
-    # DataLoader [150, 121150); the next kernel is launched at 122000 (2 us). Data 121000 us, sync 1, host 2, the rest 997.
+    # DataLoader [150, 121150); the next kernel is launched at 122000 (2 us). Data 121000 us, sync 1, host 2, the
+    # rest 997.
     events = [step(1, 0, 130_000), step(2, 130_000, 100),
               launch(1, 1), kernel("gemm", 10, 90, correlation=1),
-              cpu("cudaStreamSynchronize", 100, 1, cat="cuda_runtime"), cpu(LOADER, 150, 121_000, cat="user_annotation"),
+              cpu("cudaStreamSynchronize", 100, 1, cat="cuda_runtime"),
+              cpu(LOADER, 150, 121_000, cat="user_annotation"),
               launch(122_000, 2), kernel("gemm", 122_100, 100, correlation=2)]
     s = summarize(tmp_path, events)
     assert split(s) == [{"sync": 1, "data": 121_000, "host": 2, "host_unrecorded": 997}]
@@ -215,3 +219,25 @@ def test_a_call_that_waits_more_than_half_gets_both_in_proportion():
     f = exposed(6_000.0, 4_000.0)
     assert f.recommendation.startswith("60% of this communication time is waiting")
     assert f.recommendation.index("Rank 1 arrives last") < f.recommendation.index("TrainPipelineSparseDist")
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
+
+
+@pytest.mark.parametrize("run", ["alexnet_1gpu", "amd_mi250", "nccl_a100_2rank", "ns_resolution_1rank",
+                                 "cpu_only_gloo"])
+def test_every_gaps_split_adds_up_to_it_and_the_ranks_sums(run):
+    # On real traces: no part negative, each gap's parts add up to its length, its cause is its largest part, and
+    # the rank's idle_<cause>_us are the sums of its gaps' parts (idle_us in all).
+    if not (SHARED / run).is_dir():
+        pytest.skip(f"{SHARED / run} not here")
+    s = tracekit.summarize(SHARED / run, cache=False)
+    cols = [f"idle_{c}_us" for c in CAUSES]
+    parts = s.gaps[cols]
+    assert (parts.to_numpy() >= 0).all()
+    assert parts.sum(axis=1).to_numpy() == pytest.approx(s.gaps["dur_us"].to_numpy(), abs=1e-6)
+    assert (parts.to_numpy().argmax(axis=1) == [CAUSES.index(c) for c in s.gaps["cause"]]).all()
+    sums = s.gaps.groupby("rank")[cols].sum()
+    ranks = s.ranks.set_index("rank").loc[sums.index]
+    assert ranks[cols].to_numpy() == pytest.approx(sums.to_numpy(), rel=1e-9, abs=1e-6)
+    assert ranks[cols].sum(axis=1).to_numpy() == pytest.approx(ranks["idle_us"].to_numpy(), rel=1e-9, abs=1e-3)
