@@ -241,3 +241,22 @@ def test_every_gaps_split_adds_up_to_it_and_the_ranks_sums(run):
     ranks = s.ranks.set_index("rank").loc[sums.index]
     assert ranks[cols].to_numpy() == pytest.approx(sums.to_numpy(), rel=1e-9, abs=1e-6)
     assert ranks[cols].sum(axis=1).to_numpy() == pytest.approx(ranks["idle_us"].to_numpy(), rel=1e-9, abs=1e-3)
+
+
+def test_waiting_all_reduces_end_to_end_point_to_the_late_rank(tmp_path):
+    # Three 6000 us steps (the last dropped). Each step: rank 0 computes [0, 100) and enters the all_reduce at 100;
+    # rank 1 computes [0, 4900) and enters at 4900; both finish at 5100. Matched: rank 0 waits 4800 us and
+    # transfers 200 per call (96% waiting); its exposed comm is 2 x 5000 of an 11,100 us span (90%).
+    for rank, (compute_us, enter) in enumerate([(100, 100), (4900, 4900)]):
+        events = [step(i + 1, i * 6000, 6000) for i in range(3)]
+        for i in range(3):
+            base = i * 6000
+            events += [kernel("gemm", base, compute_us), kernel(NCCL, base + enter, 5100 - enter, stream=20, **AR)]
+        write_trace(tmp_path / f"rank{rank}.json", events, rank=rank)
+    s = tracekit.summarize(tmp_path, cache=False)
+    f = next(f for f in s.findings if f.kind == "exposed_comm")
+    assert f.ranks == (0,)
+    assert (f.evidence["comm_wait_us"], f.evidence["comm_transfer_us"]) == pytest.approx((9600.0, 400.0))
+    assert f.evidence["late_rank"] == 1 and f.evidence["wait_share"] == pytest.approx(0.96)
+    assert "Rank 1 arrives last at the calls behind 100% of the wait" in f.recommendation
+    assert "async_op=True" not in f.recommendation and "bucket_cap_mb" not in f.recommendation

@@ -7,7 +7,8 @@ and the kernel, operator and memory tables.
 Open first: ``classify.py`` (which events run on a device and what each does), then ``metrics.py`` (the pure
 functions that reduce classified events to tables). ``causes.py`` names why the device idles and ``gapsplit.py``
 splits each idle gap by it, ``collectives.py`` sizes collective calls, ``fsdp_hooks.py`` and ``fsdp.py`` read
-FSDP's annotations, ``hostops.py`` names the host ops the analysis keeps, ``config.py`` the validated options. What ran: ``kernels.py`` (per kernel name), ``ops.py`` with
-``optree.py``, ``flops.py`` and ``opcosts.py`` (per operator: times, FLOPs, bytes, roofline; ``grouping.py`` sums
-its per-call columns one at a time), ``memory.py`` (``[memory]`` events).
+FSDP's annotations, ``hostops.py`` names the host ops the analysis keeps, ``config.py`` the validated options.
+What ran: ``kernels.py`` (per kernel name), ``ops.py`` with ``optree.py``, ``flops.py`` and ``opcosts.py`` (per
+operator: times, FLOPs, bytes, roofline; ``grouping.py`` sums its per-call columns one at a time), ``memory.py``
+(``[memory]`` events).
 """
