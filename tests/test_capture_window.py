@@ -44,6 +44,8 @@ def trace(names, capture_step=2, steps=True):
     """Steps 1-4 (1000 us each): step 1 eager (a warm-up), the capture in ``capture_step`` followed by the first
     replay, replays after it; DataParallel.forward in step 1 (a finding that does not judge speed)."""
     events = [step(i + 1, i * 1000, 1000) for i in range(4)] if steps else []
+    # The host thread's Python over each step (with_stack=True): the launch waits are recorded host time.
+    events += [cpu("engine.py(120): step", i * 1000, 1000, cat="python_function") for i in range(4)]
     events.append(cpu("DataParallel.forward", 10, 900, cat="user_annotation"))
     for i in range(4):
         base, corr = i * 1000, 1000 * (i + 1)

@@ -31,7 +31,8 @@ def tiny_summary(stragglers=None) -> Summary:
         "idle_us": [250.0, 200.0], "overlap_pct": [200 / 3, 20.0], "idle_pct": [25.0, 20.0],
         "allreduce_count": [2, 2], "allreduce_us": [300.0, 500.0], "allreduce_bytes": [8e6, 8e6],
         "idle_sync_us": [50.0, 0.0], "idle_data_us": [0.0, 120.0], "idle_comm_wait_us": [100.0, 0.0],
-        "idle_host_us": [100.0, 0.0], "idle_other_us": [0.0, 80.0],
+        "idle_host_us": [100.0, 0.0], "idle_other_us": [0.0, 80.0], "idle_alloc_us": [0.0, 0.0],
+        "idle_host_unrecorded_us": [0.0, 0.0],
         "comm_wait_us": [60.0, 0.0], "comm_transfer_us": [240.0, 500.0], "last_arrivals": [0, 0],
     })
     steps = pd.DataFrame({"rank": [0, 0, 0, 1, 1, 1], "step": [1, 2, 3] * 2, "start_us": [0, 500, 1000] * 2,
@@ -122,7 +123,8 @@ def test_compare_bars_stack_the_parts_of_each_step_and_count_idle_once():
             "overlapped_comm_ms": (0.5, 1.0), "exposed_comm_ms": (0.5, 1.0), "memory_ms": (0.0, 0.0),
             "idle_ms": (4.0, 3.0), "idle_sync_ms": (3.0, float("nan")), "idle_data_ms": (1.0, float("nan")),
             "idle_comm_wait_ms": (0.0, float("nan")), "idle_host_ms": (0.0, float("nan")),
-            "idle_other_ms": (0.0, float("nan"))}
+            "idle_other_ms": (0.0, float("nan")), "idle_alloc_ms": (0.0, float("nan")),
+            "idle_host_unrecorded_ms": (0.0, float("nan"))}
     table = pd.DataFrame({"metric": list(rows), "a": [a for a, _ in rows.values()], "b": [b for _, b in rows.values()]})
     fig = charts.compare_bars(table, "fp32", "amp")
     assert fig.layout.barmode == "stack" and all(list(t.x) == ["fp32", "amp"] for t in fig.data)

@@ -98,38 +98,7 @@ def test_same_host_clock_is_not_corrected(tmp_path):
     assert not s.run.clock_offsets["corrected"].any()
 
 
-# --- idle causes -------------------------------------------------------------------------------------------------
-
-def test_each_idle_cause(tmp_path):
-    events = steps(2, 2000) + [
-        launch(1, 1), kernel("gemm", 10, 90, correlation=1),                       # busy [10, 100)
-        cpu("cudaDeviceSynchronize", 95, 30, cat="cuda_runtime"),                  # gap [100, 200): sync
-        launch(150, 2), kernel("gemm", 200, 100, correlation=2),                   # busy [200, 300)
-        cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 290, 50, cat="user_annotation"),
-        launch(330, 3), kernel("gemm", 400, 100, correlation=3),                   # gap [300, 400): data
-        launch(450, 4), kernel(NCCL, 600, 100, stream=20, correlation=4, **AR),   # gap [500, 600): comm_wait
-        launch(750, 5), kernel("gemm", 800, 100, correlation=5),                   # gap [700, 800): host (launch 750 > 700)
-        launch(850, 6), kernel("gemm", 1000, 100, correlation=6),                  # gap [900, 1000): other (launched at 850)
-    ]
-    s = tracekit.summarize(write_trace(tmp_path / "rank0.json", events), window="all_steps")
-    assert s.gaps["cause"].tolist() == ["sync", "data", "comm_wait", "host", "other"]
-    r = s.ranks.iloc[0]
-    assert [r[f"idle_{c}_us"] for c in ("sync", "data", "comm_wait", "host", "other")] == [100, 100, 100, 100, 100]
-    assert r["idle_us"] == 500
-
-
-def test_cpu_rank_idle_is_split_on_the_training_thread(tmp_path):
-    events = steps(2, 1000) + [
-        cpu("aten::mm", 0, 100), cpu("aten::mm", 150, 100),                       # gap [100, 150): host
-        cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 240, 80, cat="user_annotation"),
-        cpu("aten::add", 300, 50),                                                 # gap [250, 300): data
-        cpu("gloo:all_reduce", 350, 100, cat="user_annotation", tid=9, **{"Input Dims": [[10]], "Input type": ["float"]}),
-        cpu("aten::mm", 460, 40),                                                  # gap [450, 460): host
-    ]
-    s = tracekit.summarize(write_trace(tmp_path / "rank0.json", events, backend="gloo"), window="all_steps")
-    assert s.gaps["cause"].tolist() == ["host", "data", "host"]
-    assert s.ranks.iloc[0][["idle_host_us", "idle_data_us"]].tolist() == [60, 50]
-
+# --- idle causes: tests/test_gap_causes.py --------------------------------------------------------------------
 
 # --- findings ----------------------------------------------------------------------------------------------------
 
@@ -244,6 +213,7 @@ def test_data_loading_host_and_sync_findings(tmp_path):
         ev += [launch(base + 1, 10 * i + 1), kernel("gemm_bf16", base + 10, 100, correlation=10 * i + 1),
                cpu("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", base + 110, 300, cat="user_annotation"),
                launch(base + 420, 10 * i + 2), kernel("gemm_bf16", base + 430, 100, correlation=10 * i + 2),
+               cpu("aten::nonzero", base + 540, 150),  # host work before a late launch: host_bound
                launch(base + 700, 10 * i + 3), kernel("gemm_bf16", base + 750, 100, correlation=10 * i + 3),
                cpu("cudaStreamSynchronize", base + 840, 100, cat="cuda_runtime"),
                launch(base + 950, 10 * i + 4), kernel("gemm_bf16", base + 960, 30, correlation=10 * i + 4)]

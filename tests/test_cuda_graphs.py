@@ -15,12 +15,13 @@ MI300 = [{"name": "AMD Instinct MI300X", "computeMajor": 9}]
 LOOSE = (0, 3)  # kernels of each replay whose correlation id links no runtime call
 
 
-def decode_loop(launch_name, steps=4, inductor=False):
-    """An engine's decode loop, one 1000 us step per ProfilerStep: 300 us of host work (not recorded), one graph
+def decode_loop(launch_name, steps=4, inductor=False, recorded=True):
+    """An engine's decode loop, one 1000 us step per ProfilerStep, its host thread's Python recorded (``python_function``,
+    with_stack=True; ``recorded=False``: not) over the whole step: 300 us of host work, one graph
     launch at +300 us (correlation 100 + i), then the graph's 10 kernels of 50 us back to back from +310 us. Kernels 0
     and 3 carry ids (5000+) that match no call, the others the launch's. One kernel on stream 9 (id 1, below every
     call's) was launched before the trace and runs at 320 us, after the first graph launch."""
-    events = [step(i + 1, i * 1000, 1000) for i in range(steps)]
+    events = [step(i + 1, i * 1000, 1000) for i in range(steps)] + (python_steps(steps) if recorded else [])
     for i in range(steps):
         base, corr = i * 1000, 100 + i
         events.append(cpu(launch_name, base + 300, 20, cat="cuda_runtime", correlation=corr))
@@ -33,9 +34,14 @@ def decode_loop(launch_name, steps=4, inductor=False):
     return events
 
 
+def python_steps(steps):
+    """The host thread's Python over each step, as with_stack=True records it: the host was busy, not unrecorded."""
+    return [cpu("engine.py(120): step", i * 1000, 1000, cat="python_function") for i in range(steps)]
+
+
 def eager_loop(steps=4):
     """The same loop without graphs: each of the 10 kernels has its own cudaLaunchKernel, issued from +300 us."""
-    events = [step(i + 1, i * 1000, 1000) for i in range(steps)]
+    events = [step(i + 1, i * 1000, 1000) for i in range(steps)] + python_steps(steps)
     for i in range(steps):
         base = i * 1000
         for k in range(10):
@@ -101,6 +107,17 @@ def test_replaying_steps_wait_for_graph_launches_and_get_no_capture_advice(tmp_p
     assert f"already replay {graphs}" in f.message and "(1.0 graph launches per step; 100%" in f.message
     for advice in ("fewer, larger graphs", "a larger batch per replay", "less host work between replays"):
         assert advice in f.recommendation
+
+
+def test_unrecorded_host_time_between_replays_is_its_own_finding_without_capture_advice(tmp_path):
+    # The decode loop with the host's Python not recorded: each gap [810, 1310) is 490 us with nothing on the thread
+    # and 10 us of the graph launch [1300, 1320): unrecorded 980 of the 2500 us span (39%), host 20.
+    s = summarize(tmp_path, decode_loop("cudaGraphLaunch", recorded=False), H100)
+    row = s.ranks.iloc[0]
+    assert (row["idle_host_unrecorded_us"], row["idle_host_us"]) == pytest.approx((980.0, 20.0))
+    f = only(s, "host_unrecorded")
+    assert f.evidence["share"] == pytest.approx(980 / 2500) and "host_bound" not in {g.kind for g in s.findings}
+    assert "fewer, larger graph replays" in f.recommendation and "capture the step" not in f.recommendation
 
 
 def test_an_eager_step_that_waits_for_launches_is_told_to_capture_graphs(tmp_path):

@@ -117,18 +117,20 @@ def test_ranks_whose_events_have_no_launch_link_keep_every_event(tmp_path):
     ("hipFree", "hipLaunchKernel", "sync"),
     ("cudaMemcpy", "cudaLaunchKernel", "sync"),
     ("hipMemcpy", "hipLaunchKernel", "sync"),
-    ("cudaHostAlloc", "cudaLaunchKernel", "sync"),
     ("cudaStreamSynchronize", "cudaLaunchKernel", "sync"),
     ("hipDeviceSynchronize", "hipLaunchKernel", "sync"),
     ("cudaEventSynchronize", "cudaLaunchKernel", "sync"),
-    # Not blocking: the gap stays the host's (the next launch, at 4930, came after the gap began at 100).
+    # Allocations are the allocator's (issue 33, class 2), pinned ones too, though they also block.
+    ("cudaHostAlloc", "cudaLaunchKernel", "alloc"),
+    ("hipMalloc", "hipLaunchKernel", "alloc"),
+    # Not blocking: plain host work (the next launch, at 4930, came after the gap began at 100).
     ("cudaMemcpyAsync", "cudaLaunchKernel", "host"),
     ("cudaFreeAsync", "cudaLaunchKernel", "host"),
-    ("hipMalloc", "hipLaunchKernel", "host"),
 ])
 def test_synchronising_host_calls_make_sync_idle(tmp_path, call, launcher, cause):
-    # Kernel [10, 100); the host then spends [120, 4920) in `call`; the next kernel is launched at 4930 and runs
-    # [5000, 5100). The one gap, [100, 5000) = 4900 us, is the call's when it blocks.
+    # Kernel [10, 100); the host then spends [120, 4920) in `call`; the next kernel is launched at 4930 (5 us) and
+    # runs [5000, 5100). The one gap, [100, 5000) = 4900 us: 4800 under the call, 5 in the launch (host), and
+    # [100, 120), [4920, 4930), [4935, 5000) with nothing recorded: 95.
     events = [
         cpu(launcher, 0, 5, cat="cuda_runtime", correlation=1), kernel(GEMM, 10, 90, correlation=1),
         cpu(call, 120, 4800, cat="cuda_runtime"),
@@ -137,7 +139,8 @@ def test_synchronising_host_calls_make_sync_idle(tmp_path, call, launcher, cause
     s = tracekit.summarize(write_trace(tmp_path / "rank0.json.gz", events), cache=False)
     assert s.gaps["cause"].tolist() == [cause] and s.gaps["dur_us"].tolist() == [4900]
     r = one(s.ranks)
-    assert r[f"idle_{cause}_us"] == 4900 and r["idle_us"] == 4900
+    assert r[f"idle_{cause}_us"] == 4800 + (5 if cause == "host" else 0) and r["idle_us"] == 4900
+    assert r["idle_host_unrecorded_us"] == 95 and r["idle_host_us"] == 5 + (4800 if cause == "host" else 0)
     assert r["sync_calls"] == (1 if cause == "sync" else 0)
 
 
@@ -146,9 +149,10 @@ def test_synchronising_host_calls_make_sync_idle(tmp_path, call, launcher, cause
 def mtia_rank():
     """Steps [0, 1000), [1000, 2000), [2000, 2100). MTIA runtime calls launch device events (mtia_ccp_events):
     ids 1, 2 at 10 and 20 run [100, 400) and [500, 900); id 3 at 1010 runs [1100, 1900); id 4 at 2010 runs
-    [2020, 2050) (last step, dropped). The host thread runs aten ops [0, 950) and [1000, 1950) meanwhile."""
+    [2020, 2050) (last step, dropped). The host thread (the launcher's) runs aten ops [0, 1000) and [1000, 1950)
+    meanwhile."""
     events = [step(1, 0, 1000), step(2, 1000, 1000), step(3, 2000, 100),
-              cpu("aten::mm", 0, 950), cpu("aten::mm", 1000, 950)]
+              cpu("aten::mm", 0, 1000), cpu("aten::mm", 1000, 950)]
     for cid, (at, start, dur) in enumerate([(10, 100, 300), (20, 500, 400), (1010, 1100, 800), (2010, 2020, 30)], 1):
         events += [x("mtia_runtime", "runFunction", at, 5, pid=100, correlation=cid),
                    x("mtia_ccp_events", "fused_linear_relu", start, dur, pid=2, tid=9, correlation=cid)]
@@ -175,7 +179,8 @@ def test_mtia_device_events_are_the_device(tmp_path):
     assert (r["span_us"], r["busy_us"], r["compute_us"], r["idle_us"]) == (1800, 1500, 1500, 300)
     assert r["idle_pct"] == pytest.approx(300 / 1800 * 100)
     # Gap [400, 500): its next event was launched at 20, before the gap: other. Gap [900, 1100): launched at 1010,
-    # after the gap began: the host was late. (Without the mtia_runtime link both would be "other".)
+    # after the gap began, by the thread running aten ops over it: the host was late. (Without the mtia_runtime
+    # link the launching thread and launch time would be unknown.)
     assert dict(zip(s.gaps["dur_us"], s.gaps["cause"])) == {100: "other", 200: "host"}
     assert (r["idle_host_us"], r["idle_other_us"]) == (200, 100)
     assert one(s.data_quality)["device_evidence"] == "device events (mtia_ccp_events)"

@@ -206,8 +206,9 @@ def test_nvidia_gpus_get_nvlink_and_nvidia_smi(tmp_path):
 
 
 def test_amd_host_bound_and_precision_advice_name_amd_features(tmp_path):
-    # Kernels launched 100 us into each 150 us gap: the host is late (launch after the gap began), fp32 GEMMs.
+    # Kernels launched 90 us into each 150 us gap: the host, running Python (recorded), is late; fp32 GEMMs.
     events = [step(i + 1, i * 1000, 1000) for i in range(3)]
+    events += [cpu("train.py(42): step", i * 1000, 1000, cat="python_function") for i in range(3)]
     for i, base in enumerate((0, 1000)):
         events += [hip_launch(base, 10 * i + 1), kernel("Cijk_Ailk_Bljk_SB_MT64x16", base + 10, 400, correlation=10 * i + 1),
                    hip_launch(base + 500, 10 * i + 2), kernel("Cijk_Ailk_Bljk_SB_MT64x16", base + 560, 400,

@@ -71,6 +71,12 @@ COMM_ARG_COLUMNS = {
                       "take output, input); NaN otherwise"),
 }
 
+# Why the device idles: the causes a gap's time is split between, in their one order (tracekit.events.gapsplit).
+IDLE_CAUSES = {"sync": "under a call that blocks until the device drains", "alloc": "under an allocation call",
+               "data": "under a DataLoader __next__", "comm_wait": "under a host collective call or its wait",
+               "host": "under other recorded host work", "host_unrecorded": "with nothing recorded on the launching "
+               "thread", "other": "before work launched ahead of it (a dependency), or with no host thread known"}
+
 # The Summary's tables. The first columns of each are the contract; every column is listed with its meaning.
 RANK_COLUMNS = {
     "rank": "rank",
@@ -84,18 +90,12 @@ RANK_COLUMNS = {
     "exposed_comm_us": "comm_us - overlap_us",
     "p2p_wait_us": "P2P calls waiting for their peer, nothing else running: bubble, not comm (run.commdims)",
     "memory_us": "union of memcpy/memset events (0 on CPU ranks: no separate copy engine)",
-    "idle_us": "span_us - busy_us",
-    "overlap_pct": "overlap_us / comm_us * 100; NaN without communication",
-    "idle_pct": "idle_us / span_us * 100",
-    "allreduce_count": "all_reduce calls in the window",
+    "idle_us": "span_us - busy_us", "overlap_pct": "overlap_us / comm_us * 100; NaN without communication",
+    "idle_pct": "idle_us / span_us * 100", "allreduce_count": "all_reduce calls in the window",
     "allreduce_us": "sum of all_reduce call durations (concurrent calls each count)",
     "allreduce_bytes": "sum of all_reduce sizes; NaN when any size is unknown",
-    "idle_sync_us": "idle time whose cause is a host synchronization",
-    "idle_data_us": "idle time while a DataLoader __next__ ran",
-    "idle_comm_wait_us": "idle time waiting on a collective",
-    "idle_host_us": "idle time while the host was late to launch",
-    "idle_other_us": "idle time with none of those causes",
-    "idle_graph_launch_us": "the part of idle_host_us waiting for a graph launch (gaps.host_kind 'graph launch')",
+    **{f"idle_{c}_us": f"idle time, summed over the gaps, {words}" for c, words in IDLE_CAUSES.items()},
+    "idle_graph_launch_us": "the part of idle_host_us in gaps that end with a graph launch's work (host_kind)",
     "sync_calls": "synchronizing runtime calls inside the window's steps",
     "sync_top_call": "the synchronizing call taking the most host time among them (None without any)",
     "graph_launches": "cudaGraphLaunch/hipGraphLaunch calls in the window's steps (the whole trace without steps)",
@@ -189,8 +189,9 @@ DATA_QUALITY_COLUMNS = {
 
 GAP_COLUMNS = {
     "rank": "rank", "start_us": "gap start, from the run's origin", "dur_us": "gap length",
-    "cause": "sync, data, comm_wait, host or other (see tracekit.events.causes)",
-    "host_kind": "host gaps: 'graph launch' or 'kernel launch', the call that ends it (tracekit.events.causes)",
+    "cause": "the gap's largest cause (IDLE_CAUSES; ties: the first)",
+    **{f"idle_{c}_us": f"the gap's time {words}" for c, words in IDLE_CAUSES.items()},
+    "host_kind": "gaps with host time: 'graph launch' or 'kernel launch', the call whose work ends it; '' else",
 }
 
 # summary.imbalance: see tracekit.run.crossrank.imbalance.
@@ -295,6 +296,5 @@ GRAPH_COLUMNS = {
 WHATIF_COLUMNS = {
     "scenario": "baseline, no_straggler, comm_x<k>, perfect_overlap, no_host_gaps or no_data_wait",
     "step_time_us": "replayed mean step time: mean over ranks of each rank's mean window step",
-    "speedup": "baseline step_time_us / this one", "saving_us": "baseline - this, per step",
-    "saving_pct": "saving_us / baseline x 100", "reason": "'' where known, else why not (predict.scenarios.whatif)",
-}
+    "speedup": "baseline step_time_us / this one", "saving_us": "baseline - this, per step", "saving_pct":
+    "saving_us / baseline x 100", "reason": "'' where known, else why not (predict.scenarios.whatif)"}

@@ -26,16 +26,18 @@ def window_steps(steps: pd.DataFrame, window: str) -> pd.DataFrame:
 
 
 def all_device_events(events: pd.DataFrame) -> pd.DataFrame:
-    """Every device event with a usable duration: rank, kind, start_ns, end_ns, step, launch_ns, name."""
+    """Every device event with a usable duration: rank, kind, start_ns, end_ns, step, launch_ns, launch_row (the
+    events-table row of the call that launched it, -1 if unknown), name."""
     keep = (events["kind"].notna() & (events["dur_ns"] >= 0)).to_numpy()
     start = events["ts_ns"].to_numpy()[keep]
-    return pd.DataFrame({  # the seven columns picked one by one: no copy of every column of the device rows
+    return pd.DataFrame({  # the eight columns picked one by one: no copy of every column of the device rows
         "rank": events["rank"].to_numpy()[keep],
         "kind": events["kind"].array[keep],
         "start_ns": start,
         "end_ns": start + events["dur_ns"].to_numpy()[keep],
         "step": events["step"].to_numpy()[keep],
         "launch_ns": events["launch_ns"].to_numpy()[keep],
+        "launch_row": events["launch_row"].to_numpy()[keep],
         "name": events["name"].array[keep],
     }, copy=False)
 

@@ -24,6 +24,7 @@ from tracekit.findings.finding import VENDOR, Finding, by_severity, gpu_vendor, 
 from tracekit.findings.finding import trains as _trains
 
 DATA_IDLE_SHARE = (0.05, 0.20)
+ALLOC_IDLE_SHARE = (0.05, 0.20)
 HOST_IDLE_SHARE = (0.10, 0.30)        # GPU ranks only
 SYNC_IDLE_SHARE = 0.01
 REDUCED_PRECISION_SHARE = 0.01        # of compute-kernel time
@@ -40,6 +41,23 @@ def _data_loading(ranks, collectives, stragglers, run):
                          "The device waits for the next batch for up to {share:.0%} of its time ({ranks}).",
                          "Load data ahead of the step: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, "
                          "prefetch_factor=2+), and copy batches with non_blocking=True.")
+
+
+def _allocator_stalls(ranks, collectives, stragglers, run):
+    """The device idles while the host takes memory from the driver (``idle_alloc_us``): the caching allocator
+    growing its pool. Not launch overhead: graph capture or a larger batch would need more memory, not less."""
+    device = ranks[ranks["device"] != "cpu"]
+    hip = bool((device["gpu_runtime"] == "hip").any()) if "gpu_runtime" in device else False
+    conf = "PYTORCH_HIP_ALLOC_CONF" if hip else "PYTORCH_CUDA_ALLOC_CONF"
+    return _idle_finding(
+        device, "idle_alloc_us", ALLOC_IDLE_SHARE, "allocator_stall",
+        "The device idles while the host allocates memory from the driver (cudaMalloc, cudaHostAlloc and the like: "
+        "the caching allocator growing its pool) for up to {share:.0%} of its time ({ranks}).",
+        "Reserve memory up front and keep it: run a warm-up step at the largest shapes before the loop so the "
+        "allocator's pool is filled once, call no torch.cuda.empty_cache() inside the loop, set "
+        f"{conf}=expandable_segments:True so segments grow in place rather than being allocated anew, avoid "
+        "fragmentation by keeping tensor shapes steady (pad variable lengths to a few sizes), and allocate pinned "
+        "host buffers once and reuse them.")
 
 
 def _host_bound(ranks, collectives, stragglers, run):
@@ -71,6 +89,25 @@ def _host_bound(ranks, collectives, stragglers, run):
     return [dataclasses.replace(f, message=message, recommendation=advice,
                                 evidence={**f.evidence, "graph_launches": launches, "per_step": bool(stepped),
                                           "graph_launch_wait_share": graph_share})]
+
+
+def _host_unrecorded(ranks, collectives, stragglers, run):
+    """The device idles while the thread that launches its work records nothing (``idle_host_unrecorded_us``): the
+    trace cannot say what the host did, so the advice is first to record it. Steps that already replay graphs are
+    not told to capture them."""
+    device = ranks[ranks["device"] != "cpu"]
+    unit = "device" if (device["gpu_runtime"] == "mtia").any() else "GPU"
+    replay = "graph_launches" in device and bool((device["graph_launches"].fillna(0) > 0).any())
+    python = ("fewer, larger graph replays and less Python between them" if replay
+              else "torch.compile, or capture the step as a graph")
+    return _idle_finding(
+        device, "idle_host_unrecorded_us", HOST_IDLE_SHARE, "host_unrecorded",
+        f"The {unit} idles for up to {{share:.0%}} of its time ({{ranks}}) while the thread that launches its work "
+        "records nothing: Python between operators, or work the profiler did not record.",
+        "Record what the host does there: profile with with_stack=True (Python functions) or wrap the loop's host "
+        "work in torch.profiler.record_function ranges, and look at the longest gaps on the timeline. Python "
+        f"overhead between small ops: {python}. One long stall (logging, checkpointing, evaluation, input "
+        "preparation outside the DataLoader): move it off the step.")
 
 
 # For steps that already replay CUDA/HIP graphs (an engine's decode, torch.compile's cudagraph trees).
@@ -170,5 +207,5 @@ def _no_reduced_precision(ranks, collectives, stragglers, run):
         {"share": float(1 - share[hit.index].max()), "reduced_precision_share": float(share[hit.index].max())})]
 
 
-_CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _host_bound, _syncs, _no_reduced_precision,
-           low_busbw)
+_CHECKS = (_data_parallel, exposed_comm, straggler, _data_loading, _allocator_stalls, _host_bound, _host_unrecorded,
+           _syncs, _no_reduced_precision, low_busbw)

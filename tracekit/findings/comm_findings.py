@@ -73,8 +73,13 @@ _GRADIENT_ONLY = frozenset({"ddp_all_reduce"})
 
 
 def exposed_comm(ranks, collectives, stragglers, run):
-    """Communication not hidden under compute over ``EXPOSED_COMM_SHARE`` of a rank's span, with advice for the ops
-    that take most of the communication time (``dominant_ops``)."""
+    """Communication not hidden under compute over ``EXPOSED_COMM_SHARE`` of a rank's span, with advice that follows
+    what the calls spent their time on: where collectives were matched across ranks, a call's time is waiting for the
+    last rank to arrive (``wait_us``) and transfer after it. Advice about the transfer (issue asynchronously, flatten,
+    quantize: per op, ``_OP_ADVICE``) goes to the ops whose time not known to be waiting (``transfer_shares``) holds
+    the most of the communication time, as ``dominant_ops`` picks them; where waiting is at least ``WAIT_SHARE`` of
+    it, only ops with ``DOMINANT_OP_SHARE`` of it in transfer keep that advice, and the finding points first to the
+    rank the waiting is for (``late_rank``)."""
     share = share_of_span(ranks, "exposed_comm_us")
     worst = float(share.max()) if len(share) else math.nan
     level = severity(worst, EXPOSED_COMM_SHARE)
@@ -86,14 +91,87 @@ def exposed_comm(ranks, collectives, stragglers, run):
     ddp = holds_on_any(ranks, hit, "ddp")
     training = trains(ranks[ranks["rank"].isin(list(hit))])  # ranks disagreeing: training wins if any hit rank trains
     named = ", ".join(f"{op} {ops[op]:.0%}" for op in dominant)
-    advice = list(dict.fromkeys(_op_advice(op, ddp, training) for op in dominant))
-    return [Finding(
-        "exposed_comm", level, tuple(int(r) for r in hit),
-        f"Communication not hidden under compute takes up to {worst:.0%} of the device time ({fmt.ranks(hit)})"
-        + (f"; by op, {named} of the communication time." if dominant else "."),
-        " ".join(advice or ["Overlap communication with compute and prefer fewer, larger collectives."]),
-        {"share": worst, "exposed_comm_us": float(ranks["exposed_comm_us"].max()), "threshold": EXPOSED_COMM_SHARE[0],
-         "op_shares": ops, "ddp": ddp})]
+    moving, wait_us, transfer_us, total_us = transfer_shares(collectives, hit)
+    waiting = wait_us / total_us if total_us > 0 else math.nan
+    mostly_waiting = waiting >= WAIT_SHARE
+    advised = [op for op in dominant_ops(moving) if moving[op] >= DOMINANT_OP_SHARE or not mostly_waiting]
+    advice = list(dict.fromkeys(_op_advice(op, ddp, training) for op in advised))
+    evidence = {"share": worst, "exposed_comm_us": float(ranks["exposed_comm_us"].max()),
+                "threshold": EXPOSED_COMM_SHARE[0], "op_shares": ops, "ddp": ddp}
+    message = (f"Communication not hidden under compute takes up to {worst:.0%} of the device time ({fmt.ranks(hit)})"
+               + (f"; by op, {named} of the communication time." if dominant else "."))
+    if wait_us + transfer_us > 0:
+        evidence.update(comm_wait_us=wait_us, comm_transfer_us=transfer_us, wait_share=waiting)
+        message += (f" Of the calls matched across ranks, {wait_us / 1e3:,.1f} ms is waiting for the last rank to "
+                    f"arrive and {transfer_us / 1e3:,.1f} ms transfer ({_share(waiting)} of the communication time "
+                    "waits).")
+    if mostly_waiting:
+        late, late_share = late_rank(collectives, hit)
+        evidence.update(late_rank=late, late_wait_share=late_share)
+        advice.insert(0, _wait_advice(late, late_share, waiting, stragglers, run))
+    fallback = [] if mostly_waiting else ["Overlap communication with compute and prefer fewer, larger collectives."]
+    return [Finding("exposed_comm", level, tuple(int(r) for r in hit), message, " ".join(advice or fallback),
+                    evidence)]
+
+
+WAIT_SHARE = 0.5                      # of the communication time: waiting, not transfer, is what to fix
+
+
+def _wait_advice(late, late_share, waiting, stragglers, run) -> str:
+    """What to do when the calls mostly wait: look at the rank they wait for, not at the transfer."""
+    head = (f"{_share(waiting)} of this communication time is waiting for other ranks to reach the call, not moving "
+            "data: faster transfers (async_op, fewer or quantized calls) would not shorten it.")
+    if late is None:
+        return (head + " No one rank is last to arrive: the ranks reach these calls at different times, so balance "
+                "the work before them (the per-step imbalance table shows the slowest rank of each step).")
+    proven = isinstance(stragglers, pd.DataFrame) and "rank" in stragglers and late in set(stragglers["rank"])
+    suspects = getattr(run, "straggler_suspicions", None)
+    suspected = isinstance(suspects, pd.DataFrame) and "rank" in suspects and late in set(suspects["rank"])
+    see = " (a straggler: see the stragglers table)" if proven else " (a suspected straggler)" if suspected else ""
+    return (head + f" Rank {late} arrives last at the calls behind {_share(late_share)} of the wait{see}: find what it "
+            "does before them that the others do not (a slower input shard or data loader, extra work such as "
+            "logging or evaluation, uneven sharding, a slower device or link) and balance it.")
+
+
+def _share(x: float) -> str:
+    """A share as a whole percentage that says 100% only when it is: 0.995 is '>99%'."""
+    return ">99%" if 0.99 < x < 1 else f"{x:.0%}"
+
+
+def transfer_shares(collectives: pd.DataFrame, ranks) -> tuple[dict[str, float], float, float, float]:
+    """(per op, the share of the communication time of ``ranks`` not known to be waiting: a matched call's time
+    after the last rank arrived, an unmatched call's whole time, largest first; the matched calls' summed wait and
+    transfer, and all the calls' summed time, us.) Without matched calls (one rank, no ``wait_us`` column) the
+    shares are ``op_shares``'s, wait and transfer 0."""
+    calls = collectives[collectives["in_window"].astype(bool) & collectives["rank"].isin(list(ranks))]
+    if "wait_us" in calls and "matched" in calls:
+        matched = calls["matched"].fillna(False).astype(bool) & calls["wait_us"].notna()
+        wait = calls["wait_us"].where(matched, 0.0).clip(lower=0).clip(upper=calls["dur_us"])
+        transfer = float(calls["transfer_us"].where(matched, 0.0).sum())
+    else:
+        wait, transfer = pd.Series(0.0, index=calls.index), 0.0
+    total = float(calls["dur_us"].sum())
+    if total <= 0:
+        return {}, 0.0, 0.0, 0.0
+    per_op = (calls["dur_us"] - wait).groupby(calls["op"].astype(str)).sum()
+    per_op = per_op[per_op > 0].sort_values(ascending=False, kind="stable")
+    return {str(op): float(v) / total for op, v in per_op.items()}, float(wait.sum()), transfer, total
+
+
+def late_rank(collectives: pd.DataFrame, ranks) -> tuple[int | None, float]:
+    """The rank that arrived last at the matched calls behind the most of ``ranks``' waiting, and its share of that
+    waiting; (None, nan) when no call has one last arrival."""
+    if "last_arrival" not in collectives or "match_id" not in collectives:
+        return None, math.nan
+    calls = collectives[collectives["in_window"].astype(bool)]
+    last = calls[calls["last_arrival"].fillna(False).astype(bool)].drop_duplicates("match_id").set_index("match_id")
+    mine = calls[calls["rank"].isin(list(ranks)) & calls["matched"].fillna(False).astype(bool)
+                 & (calls["wait_us"] > 0)]
+    waited_for = mine["match_id"].map(last["rank"])
+    per_rank = mine["wait_us"].groupby(waited_for).sum()
+    if per_rank.empty or not float(mine["wait_us"].sum()) > 0:
+        return None, math.nan
+    return int(per_rank.idxmax()), float(per_rank.max() / mine["wait_us"].sum())
 
 
 def op_shares(collectives: pd.DataFrame, ranks) -> dict[str, float]:

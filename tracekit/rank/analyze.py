@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracekit.events import causes
+from tracekit.events import causes, gapsplit
 from tracekit.events import metrics
 from tracekit.events.graphs import capture_facts
 from tracekit.events.ops import has_operators
@@ -123,7 +123,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     pipe_blocks, pipe_steps = _pipeline(meta, ops if ops is not None and len(ops) else events, dev_all, steps,
                                         step_rows)
     gaps = metrics.gap_table(dev)
-    gaps["cause"] = causes.gap_causes(gaps, dev, events, device_rank)
+    gaps = pd.concat([gaps, gapsplit.split_gaps(gaps, dev, events, ops, device_rank)], axis=1)
     gaps["host_kind"] = causes.host_kinds(gaps, dev, events)
     # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
     breakdown = metrics.rank_breakdown(dev)

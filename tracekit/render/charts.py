@@ -25,6 +25,7 @@ COLORS = {
     "compute only": "#4C78A8", "overlapped comm": "#72B7B2", "exposed comm": "#E45756", "memory": "#F58518",
     "idle": "#BAB0AC", "idle: host": "#B279A2", "idle: sync": "#FF9DA6", "idle: data": "#9D755D",
     "idle: comm_wait": "#EECA3B", "idle: other": "#BAB0AC", "wait": "#EECA3B", "transfer": "#E45756",
+    "idle: alloc": "#54A24B", "idle: host_unrecorded": "#D6CBD3",
 }
 TOP = 70  # px above the plot: the toolbar's row, then the title's (``TOP_NOTED`` with a subtitle under the title)
 TOP_NOTED = 95
@@ -204,7 +205,8 @@ def wait_vs_transfer(summary) -> go.Figure:
 # ------------------------------------------------------------------------------------------------- idle
 
 def gap_histogram(summary, bins: int = 40) -> go.Figure:
-    """Histogram of idle-gap durations (ms) on log-spaced bins, stacked by cause."""
+    """Histogram of idle-gap durations (ms) on log-spaced bins, stacked by each gap's largest cause (``cause``: the
+    split of its time is in its ``idle_<cause>_us`` columns and ``idle_by_cause``)."""
     gaps = summary.gaps[summary.gaps["dur_us"] > 0]
     fig = go.Figure()
     if gaps.empty:
@@ -218,14 +220,14 @@ def gap_histogram(summary, bins: int = 40) -> go.Figure:
             name = f"idle: {cause}"
             fig.add_bar(x=centers / 1e3, y=counts, width=widths / 1e3, name=name, marker_color=COLORS.get(name),
                         hovertemplate="%{x:,.3~r} ms: %{y} gaps")
-    fig.update_layout(barmode="stack", title=title("Idle gaps by duration"), xaxis_title="gap (ms)",
+    fig.update_layout(barmode="stack", title=title("Idle gaps by duration (coloured by each gap's largest cause)"), xaxis_title="gap (ms)",
                       yaxis_title="gaps", bargap=0, **_LAYOUT)
     fig.update_xaxes(**LOG_AXIS)
     return fig
 
 
 def idle_by_cause(summary) -> go.Figure:
-    """Per rank, stacked idle time by cause (ms)."""
+    """Per rank, stacked idle time by cause (ms): each gap's time split by what the launching thread did over it."""
     causes = idle_causes(summary)
     fig = go.Figure()
     for cause in IDLE_CAUSES:
@@ -237,7 +239,7 @@ def idle_by_cause(summary) -> go.Figure:
 
 
 def largest_gaps(summary, n: int = 20) -> pd.DataFrame:
-    """The ``n`` longest idle gaps of the run (``summary.gaps`` rows: rank, start_us, dur_us, cause)."""
+    """The ``n`` longest idle gaps of the run (``summary.gaps`` rows: rank, start_us, dur_us, cause, its split)."""
     return summary.gaps.nlargest(n, "dur_us").reset_index(drop=True)
 
 

@@ -47,7 +47,7 @@ def html_report(summary, title: str | None = None) -> str:
             body.append(_table(display_units(charts.op_table(summary)), "Collectives in the window, per op (ms, MB)"))
         if section == "Idle":
             body.append(_table(display_units(charts.largest_gaps(summary, 10)),
-                               "Longest idle gaps (ms; start from the run's start)"))
+                               "Longest idle gaps (ms; start from the run's start; each split by cause, cause the largest part)"))
     body += _pipeline(summary)
     body += _what_runs(summary)
     return (

@@ -30,7 +30,7 @@ class Summary:
       ranks        one row per rank
       steps        one row per rank and ProfilerStep
       collectives  one row per collective call per rank
-      gaps         one row per device idle interval, with its cause
+      gaps         one row per device idle interval, its time split by cause (idle_<cause>_us) and its largest
       stragglers   ranks that arrive last at collectives far more often than chance
       imbalance    per step: slowest and median step time across ranks
       mismatches   collectives that do not line up across ranks, and P2P calls without their other half
