@@ -45,7 +45,9 @@ def pipeline_tables(rows: pd.DataFrame, blocks: pd.DataFrame, shift: dict[int, i
     out = rows.assign(schedule=facts["schedule"], stages=facts["stages"], stages_per_rank=facts["stages_per_rank"],
                       theory_bubble_pct=theory_bubble_pct(facts["schedule"], facts["stages"],
                                                           facts["stages_per_rank"], facts["microbatches"]))
-    out["imbalance_ratio"] = imbalance_ratio(out)
+    per_stage = microbatch_compute_us(grid, out)
+    out["microbatch_compute_us"] = out["stage"].map(per_stage).to_numpy(dtype=np.float64)
+    out["imbalance_ratio"] = out["stage"].map(imbalance_ratio(per_stage)).to_numpy(dtype=np.float64)
     out["order_agreement_pct"] = _agreement(grid, out, layout)
     out["note"] = _notes(out, layout)
     return out[list(PIPELINE_COLUMNS)].sort_values(["step", "stage", "rank"], ignore_index=True), grid
@@ -90,29 +92,37 @@ def theory_bubble_pct(schedule: str, p: int, v: int, m: int) -> float:
     return (p - 1) / slots * 100
 
 
-def imbalance_ratio(rows: pd.DataFrame) -> np.ndarray:
-    """Per row: its stage's compute in the step (mean over the ranks that run the stage) over the median of the
-    other stages'; NaN with one stage or none known."""
-    per = rows[rows["stage"] >= 0].groupby(["step", "stage"])["compute_us"].mean().reset_index()
-    ratio = pd.Series(np.nan, index=pd.MultiIndex.from_frame(per[["step", "stage"]]), dtype=np.float64)
-    for step, group in per.groupby("step"):  # a handful of steps, a few stages each
-        values = group["compute_us"].to_numpy()
-        for i, stage in enumerate(group["stage"].to_numpy()):
-            others = np.delete(values, i)
-            if len(others) and np.median(others) > 0:
-                ratio[(step, stage)] = values[i] / np.median(others)
-    keys = pd.MultiIndex.from_arrays([rows["step"], rows["stage"]])
-    return ratio.reindex(keys).to_numpy(dtype=np.float64)
+def microbatch_compute_us(blocks: pd.DataFrame, rows: pd.DataFrame) -> pd.Series:
+    """Per stage: what one microbatch costs it, the lower quartile of its blocks' compute in each phase, summed
+    over the phases, over the window's steps. A block's compute includes any time the host ran something else
+    (a time-shared CPU rank), which only ever adds: the lower quartile reads through it where a mean or a sum
+    would not, and equals them where the blocks are alike."""
+    kept = rows.loc[rows["in_window"].astype(bool), ["rank", "step"]].drop_duplicates()
+    mine = blocks.merge(kept, on=["rank", "step"]) if len(kept) else blocks
+    mine = mine[mine["stage"] >= 0]
+    return mine.groupby(["stage", "phase"])["compute_us"].quantile(0.25).groupby(level="stage").sum()
+
+
+def imbalance_ratio(per_stage: pd.Series) -> pd.Series:
+    """Per stage: its microbatch compute over the median of the other stages'; NaN with one stage or none."""
+    values = per_stage.to_numpy(dtype=np.float64)
+    others = [np.median(np.delete(values, i)) if len(values) > 1 else np.nan for i in range(len(values))]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return pd.Series(np.where(np.asarray(others) > 0, values / np.asarray(others), np.nan), index=per_stage.index)
 
 
 def _agreement(blocks: pd.DataFrame, rows: pd.DataFrame, layout: dict | None) -> np.ndarray:
-    """Per row: % of its rank's blocks of the step at the position run.json's intended order puts them."""
+    """Per row: % of its rank's blocks of the step at the position run.json's intended order puts them (of the
+    longer of the two lists)."""
     intended = (layout or {}).get("intended_schedule") if isinstance(layout, dict) else None
     if not isinstance(intended, dict):
         return np.full(len(rows), np.nan)
+    # torch keys its order by the rank's place along the pipeline, which is its lowest stage (stage s of an
+    # interleaved schedule runs on place s mod p, of a V-shaped one on s or 2p-1-s); a global rank only when pp is alone.
+    place = blocks.groupby("rank")["stage"].min()
     scores = {}
     for (rank, step), group in blocks.sort_values("start_us").groupby(["rank", "step"]):  # one per rank and step
-        want = [a for a in intended.get(str(rank), []) if isinstance(a, str) and _ACTION.match(a)]
+        want = [a for a in intended.get(str(place[rank]), []) if isinstance(a, str) and _ACTION.match(a)]
         ran = (group["stage"].astype(str) + group["phase"] + group["microbatch"].astype(str)).tolist()
         if want:
             same = sum(a == b for a, b in zip(want, ran))
