@@ -51,8 +51,8 @@ def _bubble(rows: pd.DataFrame) -> Finding | None:
     message = (f"Pipeline stages idle {measured:.0f}% of each step (per step: fill {parts['fill']:,.0f} us, "
                f"wait {parts['wait']:,.0f} us, drain {parts['drain']:,.0f} us); {said}.")
     if excess >= 10:
-        message += (f" The {excess:.0f} points above it are stages waiting on late neighbours: a slow stage or late "
-                    "receives, not the schedule.")
+        message += (f" The {excess:.0f} points above it are stages waiting on late neighbours (a slow stage, late "
+                    "receives) or on the transfers themselves, not the schedule.")
     more = theory_bubble_pct(schedule, p, v, 2 * m)
     inter = theory_bubble_pct("interleaved", p, 2, m)
     advice = [f"more microbatches per step (2x: theory {more:.0f}%)" if not math.isnan(more) else "more microbatches",
