@@ -85,7 +85,7 @@ def test_1f1b_blocks_inferred_between_p2p_calls(tmp_path):
 
 
 def test_pp_actions_give_stages_and_exclude_the_receive_wait(tmp_path):
-    # One rank holding stages 0 and 2 (interleaved): PP:0F0 waits [0,60) for its input; SEND/RECV make no block.
+    # One rank holding stages 0 and 2: PP:0F0 waits [0,60) for its input; SEND/RECV make no block.
     write_trace(tmp_path / "rank-0.pt.trace.json.gz", [
         step(1, 0, 400), annotation("PP:0RECV_F0", 0, 5), cpu("c10d::recv_", 0, 5), annotation("PP:0F0", 5, 95),
         cpu("aten::linear", 60, 40), annotation("PP:0SEND_F0", 100, 0), annotation("PP:2F0", 100, 50),
@@ -99,7 +99,8 @@ def test_pp_actions_give_stages_and_exclude_the_receive_wait(tmp_path):
     assert (r.loc[0, "fwd_us"], r.loc[0, "bwd_us"], r.loc[2, "fwd_us"], r.loc[2, "bwd_us"]) == (40.0, 50.0, 50.0, 80.0)
     # The bubble is the rank's, on both its stages' rows: fill [0,60), wait [60,300) less 220, drain [300,400).
     assert (r.loc[0, "fill_us"], r.loc[0, "wait_us"], r.loc[0, "drain_us"], r.loc[2, "bubble_us"]) == (60.0, 20.0, 100.0, 180.0)
-    assert set(s.pipeline["schedule"]) == {"interleaved"} and set(s.pipeline["stages_per_rank"]) == {2}
+    # One microbatch: every forward runs before any backward, as in looped BFS (interleaved 1F1B needs m > 1 to differ).
+    assert set(s.pipeline["schedule"]) == {"looped_bfs"} and set(s.pipeline["stages_per_rank"]) == {2}
 
 
 def test_stage_from_the_pipeline_group():
@@ -134,9 +135,17 @@ def test_order_agreement_with_run_json_and_zero_bubble_note():
     intended = {"intended_schedule": {"0": ["0F0", "0SEND_F0", "0F1", "0B0", "0B1"]}, "schedule": "1f1b"}
     rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "B", 1), (0, "B", 0)], intended)
     assert rows["order_agreement_pct"].iloc[0] == 50.0  # F0, F1 in place; B1, B0 swapped; SEND not a block
-    rows, _ = _tables([(0, "F", 0), (0, "I", 0), (0, "W", 0)])
+    rows, _ = _tables([(0, "F", 0), (0, "I", 0), (0, "W", 0)], {"schedule": "zbv"})
     assert rows["schedule"].iloc[0] == "zero_bubble" and math.isnan(rows["theory_bubble_pct"].iloc[0])
-    assert "no closed-form" in rows["note"].iloc[0] and math.isnan(rows["order_agreement_pct"].iloc[0])
+    assert rows["note"].iloc[0] == "zero bubble schedule: no closed-form bubble to compare with"  # zbv agrees
+    assert math.isnan(rows["order_agreement_pct"].iloc[0])
+    # Two stages on the rank, every forward first: looped BFS, not interleaved 1F1B (whose formula it does not have).
+    rows, _ = _tables([(0, "F", 0), (2, "F", 0), (2, "B", 0), (0, "B", 0)], {"schedule": "interleaved"})
+    assert rows["schedule"].iloc[0] == "looped_bfs" and math.isnan(rows["theory_bubble_pct"].iloc[0])
+    assert "run.json's schedule is interleaved; the blocks read as looped_bfs" in rows["note"].iloc[0]
+    rows, _ = _tables([(0, "F", 0), (2, "F", 0), (0, "B", 0), (2, "B", 0), (0, "F", 1), (2, "F", 1), (2, "B", 1),
+                       (0, "B", 1)])
+    assert rows["schedule"].iloc[0] == "interleaved"
 
 
 def test_no_pipeline_no_rows():

@@ -2,10 +2,11 @@
 stages' imbalance, and the order torch intended (run.json's ``layout``, a cross-check only).
 
 The schedule is read from the blocks: W or I blocks: ``zero_bubble``; a rank holding several stages:
-``interleaved``; every rank running all its forwards before any backward (or GPipe's own annotations): ``gpipe``;
-else ``1f1b``. With p stages (v per rank) and m microbatches of equal time, the schedules' papers give the
-bubble's share of the step: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved; zero-bubble
-schedules have none in closed form (NaN, with a note).
+``interleaved``, or ``looped_bfs`` where every rank runs all its forwards before any backward; one stage per rank:
+``gpipe`` where every rank runs all its forwards first (or GPipe's own annotations say so), else ``1f1b``. With p
+stages (v per rank) and m microbatches of equal time, the schedules' papers give the bubble's share of the step:
+(p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved 1F1B; zero-bubble and looped-BFS schedules get
+none here (NaN, with a note).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def schedule_facts(blocks: pd.DataFrame) -> dict:
     if blocks["phase"].isin(["I", "W"]).any():
         schedule = "zero_bubble"
     elif v > 1:
-        schedule = "interleaved"
+        schedule = "looped_bfs" if _all_forward_first(blocks) else "interleaved"
     elif (blocks["source"] == "gpipe_annotation").all() or _all_forward_first(blocks):
         schedule = "gpipe"
     else:
@@ -144,16 +145,26 @@ def _notes(rows: pd.DataFrame, layout: dict | None) -> list[str]:
         to_ranks = {k: [r] for k, r in layout["stage_to_rank"].items()}
     intended = layout.get("schedule")
     for i in range(len(rows)):  # a few rows per step
-        if schedule[i] == "zero_bubble":
-            notes[i].append("zero-bubble schedule: no closed-form bubble to compare with")
+        if schedule[i] in ("zero_bubble", "looped_bfs"):
+            notes[i].append(f"{schedule[i].replace('_', ' ')} schedule: no closed-form bubble to compare with")
         if stage[i] < 0:
             notes[i].append("stage unknown: no PP: action names it and no pipeline group in pg_config")
         elif isinstance(to_ranks, dict) and isinstance(to_ranks.get(str(stage[i])), list) \
                 and rank[i] not in to_ranks[str(stage[i])]:
             notes[i].append(f"run.json puts stage {stage[i]} on rank(s) {to_ranks[str(stage[i])]}")
-        if isinstance(intended, str) and intended not in (schedule[i], "zbv" if schedule[i] == "zero_bubble" else ""):
+        if isinstance(intended, str) and _schedule_kind(intended) != schedule[i]:
             notes[i].append(f"run.json's schedule is {intended}; the blocks read as {schedule[i]}")
     return ["; ".join(n) for n in notes]
+
+
+def _schedule_kind(name: str) -> str:
+    """run.json's schedule name (torch's class, or the workload's flag) as the kinds read from the blocks."""
+    low = name.lower().replace("schedule", "")
+    if "zb" in low or "zero" in low or "dualpipe" in low:
+        return "zero_bubble"
+    if "bfs" in low:
+        return "looped_bfs"
+    return "interleaved" if "interleaved" in low else "1f1b" if "1f1b" in low else low
 
 
 def _empty(columns) -> pd.DataFrame:
