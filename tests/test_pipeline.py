@@ -154,3 +154,25 @@ def test_no_pipeline_no_rows():
     assert not {f.kind for f in s.findings} & {"pipeline_bubble", "stage_imbalance"}
     assert "Pipeline:" not in str(s)
     json.loads(s.to_json())  # the empty tables serialise
+
+
+def test_gpu_rank_blocks_are_the_kernels_each_annotation_launched(tmp_path):
+    """A GPU rank's blocks are device time: the kernels launched inside each annotation. The NCCL send/recv kernel
+    [400,500) is no one's busy time: it is the bubble's. No pipeline group in the trace: the stage is unknown."""
+    from tests.tracedata import kernel, launch
+
+    events = [step(1, 0, 1000), annotation("Forward 0", 0, 100), launch(50, 1), annotation("Forward 1", 100, 50),
+              launch(120, 2), cpu("c10d::send", 150, 5), launch(160, 5), annotation("Backward 0", 200, 60),
+              launch(210, 3), annotation("Backward 1", 260, 40), launch(270, 4),
+              kernel("sm90_gemm", 100, 200, correlation=1), kernel("sm90_gemm", 300, 100, correlation=2),
+              kernel("ncclDevKernel_SendRecv", 400, 100, stream=20, correlation=5),
+              kernel("sm90_gemm_bwd", 500, 100, correlation=3), kernel("sm90_gemm_bwd", 600, 50, correlation=4)]
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", events, rank=0, world_size=1)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    b = s.pipeline_blocks.sort_values("start_us")
+    assert list(zip(b["phase"], b["start_us"], b["end_us"])) == [("F", 100, 300), ("F", 300, 400), ("B", 500, 600),
+                                                                  ("B", 600, 650)]
+    r = s.pipeline.iloc[0]
+    assert (r["stage"], r["fwd_us"], r["bwd_us"], r["bubble_us"]) == (-1, 300.0, 150.0, 550.0)
+    assert (r["fill_us"], r["wait_us"], r["drain_us"]) == (100.0, 100.0, 350.0)
+    assert "stage unknown" in r["note"]
