@@ -39,15 +39,26 @@ _MARKS = {"action": PP_ACTION, "gpipe": GPIPE_ACTION, "p2p": P2P_CALL, "backward
 
 def pipeline_marks(host: pd.DataFrame) -> pd.DataFrame:
     """The host ops and annotations a schedule is read from (``_MARKS``), from a table with rank, name, ts_ns and
-    dur_ns (the reader's ops table, or the events table): rank, mark, name, start_ns, end_ns, in time order."""
+    dur_ns (the reader's ops table, or the events table): rank, mark, name (the actions' only: '' for the others),
+    start_ns, end_ns, in time order. A rank with neither a PP: action nor a P2P call runs no pipeline: its autograd
+    and optimizer ops (a large trace has millions) are not looked at."""
     names = host["name"].astype("category").cat.categories.astype(str)
+    usable = (host["dur_ns"] >= 0).to_numpy()
     parts = []
     for mark, pattern in _MARKS.items():
+        if mark == "backward" and not parts:
+            break  # no action and no transfer
         wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
-        rows = host[host["name"].isin(wanted).to_numpy() & (host["dur_ns"] >= 0).to_numpy()]
-        parts.append(pd.DataFrame({"rank": rows["rank"].to_numpy(), "mark": mark,
-                                   "name": rows["name"].astype(str).to_numpy(), "start_ns": rows["ts_ns"].to_numpy(),
-                                   "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy()}))
+        rows = host[host["name"].isin(wanted).to_numpy() & usable]
+        if len(rows) or mark in ("backward", "optimizer"):
+            named = rows["name"].astype(str).to_numpy() if mark in ("action", "gpipe") else ""
+            parts.append(pd.DataFrame({"rank": rows["rank"].to_numpy(), "mark": mark, "name": named,
+                                       "start_ns": rows["ts_ns"].to_numpy(),
+                                       "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy()}))
+    if not parts:
+        return pd.DataFrame({"rank": pd.Series(dtype=np.int64), "mark": pd.Series(dtype=object),
+                             "name": pd.Series(dtype=object), "start_ns": pd.Series(dtype=np.int64),
+                             "end_ns": pd.Series(dtype=np.int64)})
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values(["start_ns", "end_ns"], kind="stable", ignore_index=True)
 
