@@ -176,3 +176,15 @@ def test_gpu_rank_blocks_are_the_kernels_each_annotation_launched(tmp_path):
     assert (r["stage"], r["fwd_us"], r["bwd_us"], r["bubble_us"]) == (-1, 300.0, 150.0, 550.0)
     assert (r["fill_us"], r["wait_us"], r["drain_us"]) == (100.0, 100.0, 350.0)
     assert "stage unknown" in r["note"]
+
+
+def test_dualpipev_overlapped_pair_splits_at_its_backward(tmp_path):
+    # PP:(0F1;3B0)OVERLAP_F_B [0,300): stage 0's forward of microbatch 1 [20,120), then stage 3's backward of
+    # microbatch 0 from its first autograd op [150,280).
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", [
+        step(1, 0, 400), annotation("PP:(0F1;3B0)OVERLAP_F_B", 0, 300), cpu("aten::linear", 20, 100),
+        backward(150, 130), annotation("PP:0F0", 300, 50), cpu("aten::linear", 300, 40)],
+        rank=None, distributedInfo={"backend": "gloo", "rank": 0, "world_size": 1})
+    b = tracekit.summarize(tmp_path, cache=False, workers=1).pipeline_blocks.sort_values("start_us")
+    assert list(b["stage"].astype(str) + b["phase"] + b["microbatch"].astype(str)) == ["0F1", "3B0", "0F0"]
+    assert list(b["compute_us"]) == [100.0, 130.0, 40.0]
