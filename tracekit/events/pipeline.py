@@ -3,7 +3,8 @@
 Where the blocks come from, best first (``source``):
   ``pp_action``         torch.distributed.pipelining's runtime schedules (interleaved 1F1B, looped BFS, zero bubble,
                         ZBV, DualPipeV) annotate each action ``PP:{stage}{F|B|I|W}{mb}``; SEND/RECV actions only post
-                        a transfer (the receive's wait happens inside the next F/B) and make no block.
+                        a transfer (the receive's wait happens inside the next F/B) and make no block. DualPipeV's
+                        ``PP:({a};{b})OVERLAP_F_B`` runs its two actions in turn: split at its first autograd op.
   ``gpipe_annotation``  ``ScheduleGPipe``'s ``Forward {i}`` / ``Backward {i}``: no stage index (the rank's place in its
                         pipeline group gives it), and each includes its receive wait.
   ``inferred``          ``Schedule1F1B`` writes nothing: the compute between two P2P calls (``c10d::send``/``recv_``)
