@@ -188,3 +188,14 @@ def test_dualpipev_overlapped_pair_splits_at_its_backward(tmp_path):
     b = tracekit.summarize(tmp_path, cache=False, workers=1).pipeline_blocks.sort_values("start_us")
     assert list(b["stage"].astype(str) + b["phase"] + b["microbatch"].astype(str)) == ["0F1", "3B0", "0F0"]
     assert list(b["compute_us"]) == [100.0, 130.0, 40.0]
+
+
+def test_a_trace_without_steps_is_one_window(tmp_path):
+    # No ProfilerStep: the window runs from the first compute (10) to the last one's end (850), step -1.
+    events = [e for e in RANK0_OPS] + [annotation("Forward 0", 0, 110), annotation("Forward 1", 120, 100),
+                                       annotation("Backward 0", 230, 470), annotation("Backward 1", 700, 100)]
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", events, rank=None,
+                distributedInfo={"backend": "gloo", "rank": 0, "world_size": 2, "pg_config": PG})
+    r = tracekit.summarize(tmp_path, cache=False, workers=1).pipeline.iloc[0]
+    assert (r["step"], r["step_us"], r["compute_us"], r["other_busy_us"]) == (-1, 840.0, 390.0, 50.0)
+    assert (r["fill_us"], r["wait_us"], r["drain_us"]) == (0.0, 400.0, 0.0)

@@ -158,9 +158,12 @@ def _pipeline(meta: RankMeta, host: pd.DataFrame, dev_all: pd.DataFrame, steps: 
                             "when_ns": np.where(launch >= 0, launch, compute["start_ns"].to_numpy())})
     place = pipeline.pipeline_position(meta.pg_config, meta.rank)
     blocks = pipeline.pipeline_blocks(marks, compute, steps, None if place is None else place[0])
-    rows = bubble.stage_steps(blocks, bubble.busy_intervals(dev_all), step_rows)
-    rows["in_window"] = rows["step"].isin(step_rows.loc[step_rows["in_window"].astype(bool), "step"]).to_numpy() \
-        if len(step_rows) else np.ones(len(rows), dtype=bool)
+    windows = step_rows
+    if steps.empty and len(blocks):  # no steps: the rank's whole trace is one window, step -1 (as the blocks')
+        lo, hi = int(dev_all["start_ns"].min()), int(dev_all["end_ns"].max())
+        windows = pd.DataFrame({"step": [-1], "start_ns": [lo], "step_us": [(hi - lo) / 1e3], "in_window": [True]})
+    rows = bubble.stage_steps(blocks, bubble.busy_intervals(dev_all), windows)
+    rows["in_window"] = rows["step"].isin(windows.loc[windows["in_window"].astype(bool), "step"]).to_numpy()
     return blocks, rows
 
 
