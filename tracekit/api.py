@@ -191,17 +191,16 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                      straggler_suspicions=crossrank.verdict(evidence, "suspected"))
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches,
-                   findings=pipeline_findings.merged(
-                       memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
-                                                                   fsdp, steps, ranks), tables["memory"], steps,
-                                              training=trains(ranks)), pipeline),
+                   findings=memory_findings.merged(fsdp_findings.merged(findings.find(ranks, collectives, slow, run),
+                                                                        fsdp, steps, ranks), tables["memory"], steps,
+                                                   training=trains(ranks)),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, pipeline=pipeline,
                    pipeline_blocks=pipeline_blocks, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None)
-    found = roofline_findings.merged(summary.findings, summary.optimization)
+    found = pipeline_findings.merged(roofline_findings.merged(summary.findings, summary.optimization), summary.pipeline)
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
     return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
 

@@ -24,7 +24,7 @@ from tracekit.commnames import EP_KERNEL
 from tracekit.events.collectives import collective_table
 from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
-from tracekit.events import bubble, pipeline
+from tracekit.events import bubble
 from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.events.kernels import kernel_table
@@ -114,8 +114,8 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     mtia = events["cat"].isin(["mtia_ccp_events", "mtia_runtime"]).any()
     device = (" / ".join(names) if names else "mtia" if mtia else "gpu") if device_rank else "cpu"
 
-    pipe_blocks, pipe_steps = _pipeline(meta, ops if ops is not None and len(ops) else events, dev_all, steps,
-                                        step_rows)
+    pipe_blocks, pipe_steps = bubble.rank_pipeline(meta.pg_config, meta.rank, ops if ops is not None and len(ops)
+                                                   else events, dev_all, steps, step_rows)
     gaps = metrics.gap_table(dev)
     gaps["cause"] = causes.gap_causes(gaps, dev, events, device_rank)
     gaps["host_kind"] = causes.host_kinds(gaps, dev, events)
@@ -145,26 +145,6 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
                       graph=graph, fsdp=fsdp, pipeline_blocks=pipe_blocks, pipeline=pipe_steps, **ran)
-
-
-def _pipeline(meta: RankMeta, host: pd.DataFrame, dev_all: pd.DataFrame, steps: pd.DataFrame,
-              step_rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The rank's pipeline blocks and its stage x step rows (``events.pipeline``, ``events.bubble``); both empty
-    on a rank that runs no pipeline."""
-    marks = pipeline.pipeline_marks(host)
-    compute = dev_all[(dev_all["kind"] == "compute").to_numpy()]
-    launch = compute["launch_ns"].to_numpy()
-    compute = pd.DataFrame({"start_ns": compute["start_ns"].to_numpy(), "end_ns": compute["end_ns"].to_numpy(),
-                            "when_ns": np.where(launch >= 0, launch, compute["start_ns"].to_numpy())})
-    place = pipeline.pipeline_position(meta.pg_config, meta.rank)
-    blocks = pipeline.pipeline_blocks(marks, compute, steps, None if place is None else place[0])
-    windows = step_rows
-    if steps.empty and len(blocks):  # no steps: the rank's whole trace is one window, step -1 (as the blocks')
-        lo, hi = int(dev_all["start_ns"].min()), int(dev_all["end_ns"].max())
-        windows = pd.DataFrame({"step": [-1], "start_ns": [lo], "step_us": [(hi - lo) / 1e3], "in_window": [True]})
-    rows = bubble.stage_steps(blocks, bubble.busy_intervals(dev_all), windows)
-    rows["in_window"] = rows["step"].isin(windows.loc[windows["in_window"].astype(bool), "step"]).to_numpy()
-    return blocks, rows
 
 
 _STEP_DEVICE_COLUMNS = ("device_step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")
