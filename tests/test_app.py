@@ -475,7 +475,7 @@ def check_tables(at: AppTest, page: str) -> int:
     return len(at.dataframe)
 
 
-TABLE_PAGES = ("overview", "ranks", "communication", "idle", "whatif", "compare", "ops", "memory", "fsdp")
+TABLE_PAGES = ("overview", "ranks", "communication", "idle", "whatif", "compare", "ops", "memory", "fsdp", "pipeline")
 
 
 @pytest.mark.parametrize("run", ["tiny", *[r for r in sample_run_names() if r in ("resnet-gloo-2rank",

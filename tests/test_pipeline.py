@@ -45,7 +45,10 @@ def test_gpipe_two_stages_two_microbatches_by_hand(tmp_path):
     assert (r1["fill_us"], r1["wait_us"], r1["drain_us"]) == (200.0, 30.0, 270.0)
     assert set(s.pipeline["schedule"]) == {"gpipe"} and set(s.pipeline["microbatches"]) == {2}
     assert s.pipeline["theory_bubble_pct"].iloc[0] == pytest.approx(100 / 3)  # (p-1)/(m+p-1), p = m = 2
-    assert r1["imbalance_ratio"] == pytest.approx(500 / 390) and r0["imbalance_ratio"] == pytest.approx(390 / 500)
+    # A microbatch's cost: per phase the lower quartile of the blocks' compute, summed: stage 0 100 + (90 + 0.25 x 10),
+    # stage 1 100 + 150.
+    assert (r0["microbatch_compute_us"], r1["microbatch_compute_us"]) == (192.5, 250.0)
+    assert r1["imbalance_ratio"] == pytest.approx(250 / 192.5) and r0["imbalance_ratio"] == pytest.approx(192.5 / 250)
 
 
 def test_findings_name_the_bubble_and_the_heavy_stage(tmp_path):
@@ -56,8 +59,8 @@ def test_findings_name_the_bubble_and_the_heavy_stage(tmp_path):
     assert "not communication that overlap can hide" in bubble.recommendation
     heavy = found["stage_imbalance"]
     assert heavy.ranks == (1,) and heavy.evidence["stage"] == 1 and heavy.severity == "medium"
-    # (v*m + p - 1) slots x the per-microbatch excess: 3 x (500 - 390) / 2.
-    assert heavy.evidence["estimated_saving_us"] == pytest.approx(165.0)
+    # (v*m + p - 1) slots x the per-microbatch excess: 3 x (250 - 192.5).
+    assert heavy.evidence["estimated_saving_us"] == pytest.approx(172.5)
     assert "estimate" in heavy.message and "predicted_saving_us" not in heavy.evidence
 
 
@@ -82,7 +85,7 @@ def test_1f1b_blocks_inferred_between_p2p_calls(tmp_path):
 
 
 def test_pp_actions_give_stages_and_exclude_the_receive_wait(tmp_path):
-    # One rank holding stages 0 and 2 (interleaved): PP:0F0 waits [0,60) for its input; SEND/RECV make no block.
+    # One rank holding stages 0 and 2: PP:0F0 waits [0,60) for its input; SEND/RECV make no block.
     write_trace(tmp_path / "rank-0.pt.trace.json.gz", [
         step(1, 0, 400), annotation("PP:0RECV_F0", 0, 5), cpu("c10d::recv_", 0, 5), annotation("PP:0F0", 5, 95),
         cpu("aten::linear", 60, 40), annotation("PP:0SEND_F0", 100, 0), annotation("PP:2F0", 100, 50),
@@ -96,7 +99,8 @@ def test_pp_actions_give_stages_and_exclude_the_receive_wait(tmp_path):
     assert (r.loc[0, "fwd_us"], r.loc[0, "bwd_us"], r.loc[2, "fwd_us"], r.loc[2, "bwd_us"]) == (40.0, 50.0, 50.0, 80.0)
     # The bubble is the rank's, on both its stages' rows: fill [0,60), wait [60,300) less 220, drain [300,400).
     assert (r.loc[0, "fill_us"], r.loc[0, "wait_us"], r.loc[0, "drain_us"], r.loc[2, "bubble_us"]) == (60.0, 20.0, 100.0, 180.0)
-    assert set(s.pipeline["schedule"]) == {"interleaved"} and set(s.pipeline["stages_per_rank"]) == {2}
+    # One microbatch: every forward runs before any backward, as in looped BFS (interleaved 1F1B needs m > 1 to differ).
+    assert set(s.pipeline["schedule"]) == {"looped_bfs"} and set(s.pipeline["stages_per_rank"]) == {2}
 
 
 def test_stage_from_the_pipeline_group():
@@ -131,9 +135,17 @@ def test_order_agreement_with_run_json_and_zero_bubble_note():
     intended = {"intended_schedule": {"0": ["0F0", "0SEND_F0", "0F1", "0B0", "0B1"]}, "schedule": "1f1b"}
     rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "B", 1), (0, "B", 0)], intended)
     assert rows["order_agreement_pct"].iloc[0] == 50.0  # F0, F1 in place; B1, B0 swapped; SEND not a block
-    rows, _ = _tables([(0, "F", 0), (0, "I", 0), (0, "W", 0)])
+    rows, _ = _tables([(0, "F", 0), (0, "I", 0), (0, "W", 0)], {"schedule": "zbv"})
     assert rows["schedule"].iloc[0] == "zero_bubble" and math.isnan(rows["theory_bubble_pct"].iloc[0])
-    assert "no closed-form" in rows["note"].iloc[0] and math.isnan(rows["order_agreement_pct"].iloc[0])
+    assert rows["note"].iloc[0] == "zero bubble schedule: no closed-form bubble to compare with"  # zbv agrees
+    assert math.isnan(rows["order_agreement_pct"].iloc[0])
+    # Two stages on the rank, every forward first: looped BFS, not interleaved 1F1B (whose formula it does not have).
+    rows, _ = _tables([(0, "F", 0), (2, "F", 0), (2, "B", 0), (0, "B", 0)], {"schedule": "interleaved"})
+    assert rows["schedule"].iloc[0] == "looped_bfs" and math.isnan(rows["theory_bubble_pct"].iloc[0])
+    assert "run.json's schedule is interleaved; the blocks read as looped_bfs" in rows["note"].iloc[0]
+    rows, _ = _tables([(0, "F", 0), (2, "F", 0), (0, "B", 0), (2, "B", 0), (0, "F", 1), (2, "F", 1), (2, "B", 1),
+                       (0, "B", 1)])
+    assert rows["schedule"].iloc[0] == "interleaved"
 
 
 def test_no_pipeline_no_rows():
@@ -142,3 +154,48 @@ def test_no_pipeline_no_rows():
     assert not {f.kind for f in s.findings} & {"pipeline_bubble", "stage_imbalance"}
     assert "Pipeline:" not in str(s)
     json.loads(s.to_json())  # the empty tables serialise
+
+
+def test_gpu_rank_blocks_are_the_kernels_each_annotation_launched(tmp_path):
+    """A GPU rank's blocks are device time: the kernels launched inside each annotation. The NCCL send/recv kernel
+    [400,500) is no one's busy time: it is the bubble's. No pipeline group in the trace: the stage is unknown."""
+    from tests.tracedata import kernel, launch
+
+    events = [step(1, 0, 1000), annotation("Forward 0", 0, 100), launch(50, 1), annotation("Forward 1", 100, 50),
+              launch(120, 2), cpu("c10d::send", 150, 5), launch(160, 5), annotation("Backward 0", 200, 60),
+              launch(210, 3), annotation("Backward 1", 260, 40), launch(270, 4),
+              kernel("sm90_gemm", 100, 200, correlation=1), kernel("sm90_gemm", 300, 100, correlation=2),
+              kernel("ncclDevKernel_SendRecv", 400, 100, stream=20, correlation=5),
+              kernel("sm90_gemm_bwd", 500, 100, correlation=3), kernel("sm90_gemm_bwd", 600, 50, correlation=4)]
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", events, rank=0, world_size=1)
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    b = s.pipeline_blocks.sort_values("start_us")
+    assert list(zip(b["phase"], b["start_us"], b["end_us"])) == [("F", 100, 300), ("F", 300, 400), ("B", 500, 600),
+                                                                  ("B", 600, 650)]
+    r = s.pipeline.iloc[0]
+    assert (r["stage"], r["fwd_us"], r["bwd_us"], r["bubble_us"]) == (-1, 300.0, 150.0, 550.0)
+    assert (r["fill_us"], r["wait_us"], r["drain_us"]) == (100.0, 100.0, 350.0)
+    assert "stage unknown" in r["note"]
+
+
+def test_dualpipev_overlapped_pair_splits_at_its_backward(tmp_path):
+    # PP:(0F1;3B0)OVERLAP_F_B [0,300): stage 0's forward of microbatch 1 [20,120), then stage 3's backward of
+    # microbatch 0 from its first autograd op [150,280).
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", [
+        step(1, 0, 400), annotation("PP:(0F1;3B0)OVERLAP_F_B", 0, 300), cpu("aten::linear", 20, 100),
+        backward(150, 130), annotation("PP:0F0", 300, 50), cpu("aten::linear", 300, 40)],
+        rank=None, distributedInfo={"backend": "gloo", "rank": 0, "world_size": 1})
+    b = tracekit.summarize(tmp_path, cache=False, workers=1).pipeline_blocks.sort_values("start_us")
+    assert list(b["stage"].astype(str) + b["phase"] + b["microbatch"].astype(str)) == ["0F1", "3B0", "0F0"]
+    assert list(b["compute_us"]) == [100.0, 130.0, 40.0]
+
+
+def test_a_trace_without_steps_is_one_window(tmp_path):
+    # No ProfilerStep: the window runs from the first compute (10) to the last one's end (850), step -1.
+    events = [e for e in RANK0_OPS] + [annotation("Forward 0", 0, 110), annotation("Forward 1", 120, 100),
+                                       annotation("Backward 0", 230, 470), annotation("Backward 1", 700, 100)]
+    write_trace(tmp_path / "rank-0.pt.trace.json.gz", events, rank=None,
+                distributedInfo={"backend": "gloo", "rank": 0, "world_size": 2, "pg_config": PG})
+    r = tracekit.summarize(tmp_path, cache=False, workers=1).pipeline.iloc[0]
+    assert (r["step"], r["step_us"], r["compute_us"], r["other_busy_us"]) == (-1, 840.0, 390.0, 50.0)
+    assert (r["fill_us"], r["wait_us"], r["drain_us"]) == (0.0, 400.0, 0.0)

@@ -19,7 +19,7 @@ from tracekit.run import pipeline as run_pipeline
 from tracekit.run import whatruns
 from tracekit.findings import capture
 from tracekit.findings.collect import run_findings
-from tracekit.findings import order
+from tracekit.findings import order, pipeline_findings
 from tracekit.findings import roofline_findings
 from tracekit.events import metrics
 from tracekit.predict import replay
@@ -192,14 +192,14 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches, p2p=joined.p2p,
                    comm_by_dim=joined.comm_by_dim,
                    findings=run_findings(ranks, collectives, slow, run, joined.comm_by_dim, fsdp, steps,
-                                         tables["memory"], pipeline),
+                                         tables["memory"]),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, pipeline=pipeline,
                    pipeline_blocks=pipeline_blocks, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None, joined.calls)
-    found = roofline_findings.merged(summary.findings, summary.optimization)
+    found = pipeline_findings.merged(roofline_findings.merged(summary.findings, summary.optimization), summary.pipeline)
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
     return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
 

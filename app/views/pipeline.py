@@ -29,7 +29,7 @@ st.plotly_chart(charts_pipeline.stage_bars(s), key="pipeline_bars")
 
 st.subheader("Per stage")
 st.caption("Mean per window step; on a rank with several stages the bubble columns are the rank's. "
-           "imbalance_ratio: the stage's compute over the median of the other stages'.")
+           "imbalance_ratio: what a microbatch costs the stage (the lower quartile of its blocks per phase) over the median of the other stages'.")
 fmt.table(fmt.display_units(charts_pipeline.stage_parts(s)), key="pipeline_stages")
 notes = sorted({n for n in s.pipeline["note"].astype(str) if n})
 for note in notes:

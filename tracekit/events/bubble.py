@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals as iv
+from tracekit.events import pipeline
 from tracekit.events.pipeline import P2P_DEVICE
 
 STAGE_STEP_COLUMNS = ("rank", "stage", "step", "microbatches", "fwd_us", "bwd_us", "compute_us", "bubble_us",
@@ -70,6 +71,29 @@ def stage_steps(blocks: pd.DataFrame, busy: iv.Intervals, steps: pd.DataFrame) -
         out["bubble_pct"] = np.where(out["step_us"] > 0, out["bubble_us"] / out["step_us"] * 100, np.nan)
     out["rank"] = int(blocks["rank"].iloc[0])
     return out[list(STAGE_STEP_COLUMNS)].sort_values(["step", "stage"], ignore_index=True)
+
+
+def rank_pipeline(pg_config, rank: int, host: pd.DataFrame, dev_all: pd.DataFrame, steps: pd.DataFrame,
+                  step_rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One rank's pipeline blocks (``pipeline.pipeline_blocks``) and stage x step rows (``stage_steps``, with
+    in_window), both empty on a rank that runs no pipeline. ``host``: its host ops (the reader's ops table, or the
+    events table); ``dev_all``: its device events (``metrics.all_device_events``); ``steps``: its step table;
+    ``step_rows``: ``metrics.step_breakdown`` with in_window."""
+    marks = pipeline.pipeline_marks(host)
+    compute = dev_all[(dev_all["kind"] == "compute").to_numpy()]
+    launch = compute["launch_ns"].to_numpy()
+    compute = pd.DataFrame({"start_ns": compute["start_ns"].to_numpy(), "end_ns": compute["end_ns"].to_numpy(),
+                            "when_ns": np.where(launch >= 0, launch, compute["start_ns"].to_numpy())})
+    place = pipeline.pipeline_position(pg_config, rank)
+    blocks = pipeline.pipeline_blocks(marks, compute, steps, None if place is None else place[0])
+    windows = step_rows
+    if steps.empty and len(blocks):  # no steps: the rank's whole trace is one window, step -1 (as the blocks')
+        lo, hi = int(dev_all["start_ns"].min()), int(dev_all["end_ns"].max())
+        windows = pd.DataFrame({"step": [-1], "start_ns": [lo], "step_us": [(hi - lo) / 1e3], "in_window": [True]})
+    rows = stage_steps(blocks, busy_intervals(dev_all), windows)
+    rows["in_window"] = rows["step"].isin(windows.loc[windows["in_window"].astype(bool), "step"]).to_numpy()
+    return blocks, rows
+
 
 
 def _empty() -> pd.DataFrame:

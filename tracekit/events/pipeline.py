@@ -3,7 +3,8 @@
 Where the blocks come from, best first (``source``):
   ``pp_action``         torch.distributed.pipelining's runtime schedules (interleaved 1F1B, looped BFS, zero bubble,
                         ZBV, DualPipeV) annotate each action ``PP:{stage}{F|B|I|W}{mb}``; SEND/RECV actions only post
-                        a transfer (the receive's wait happens inside the next F/B) and make no block.
+                        a transfer (the receive's wait happens inside the next F/B) and make no block. DualPipeV's
+                        ``PP:({a};{b})OVERLAP_F_B`` runs its two actions in turn: split at its first autograd op.
   ``gpipe_annotation``  ``ScheduleGPipe``'s ``Forward {i}`` / ``Backward {i}``: no stage index (the rank's place in its
                         pipeline group gives it), and each includes its receive wait.
   ``inferred``          ``Schedule1F1B`` writes nothing: the compute between two P2P calls (``c10d::send``/``recv_``)
@@ -24,6 +25,8 @@ import pandas as pd
 from tracekit import intervals as iv
 
 PP_ACTION = re.compile(r"^PP:(\d+)(F|B|I|W)(\d+)$")
+# DualPipeV's overlapped pair: one annotation, its two actions run one after the other (forward, then backward).
+PP_OVERLAP = re.compile(r"^PP:\((\d+)(F|B|I|W)(\d+);(\d+)(F|B|I|W)(\d+)\)OVERLAP_F_B$")
 GPIPE_ACTION = re.compile(r"^(Forward|Backward) (\d+)$")
 P2P_CALL = re.compile(r"^(?:c10d::(?:send|recv_|recv_any_source_)|(?:nccl|gloo):(?:send|recv))$")
 BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$")
@@ -33,21 +36,32 @@ P2P_DEVICE = re.compile(r"(?i)^gloo:(?:send|recv)$|sendrecv|nccl(?:Dev)?Kernel_(
 # The group whose members are the pipeline's ranks, by its description (DeviceMesh's mesh_pp, NCCL's pp_p2p_*).
 PP_GROUP = re.compile(r"(?i)(?:^|_)(?:pp|pipe\w*)(?:_|$)")
 BLOCK_COLUMNS = ("rank", "stage", "step", "microbatch", "phase", "start_ns", "end_ns", "compute_us", "source")
-_MARKS = {"action": PP_ACTION, "gpipe": GPIPE_ACTION, "p2p": P2P_CALL, "backward": BACKWARD_OP,
+_MARKS = {"action": PP_ACTION, "overlap": PP_OVERLAP, "gpipe": GPIPE_ACTION, "p2p": P2P_CALL, "backward": BACKWARD_OP,
           "optimizer": OPTIMIZER_OP}
 
 
 def pipeline_marks(host: pd.DataFrame) -> pd.DataFrame:
     """The host ops and annotations a schedule is read from (``_MARKS``), from a table with rank, name, ts_ns and
-    dur_ns (the reader's ops table, or the events table): rank, mark, name, start_ns, end_ns, in time order."""
+    dur_ns (the reader's ops table, or the events table): rank, mark, name (the actions' only: '' for the others),
+    start_ns, end_ns, in time order. A rank with neither a PP: action nor a P2P call runs no pipeline: its autograd
+    and optimizer ops (a large trace has millions) are not looked at."""
     names = host["name"].astype("category").cat.categories.astype(str)
+    usable = (host["dur_ns"] >= 0).to_numpy()
     parts = []
     for mark, pattern in _MARKS.items():
+        if mark == "backward" and not parts:
+            break  # no action and no transfer
         wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
-        rows = host[host["name"].isin(wanted).to_numpy() & (host["dur_ns"] >= 0).to_numpy()]
-        parts.append(pd.DataFrame({"rank": rows["rank"].to_numpy(), "mark": mark,
-                                   "name": rows["name"].astype(str).to_numpy(), "start_ns": rows["ts_ns"].to_numpy(),
-                                   "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy()}))
+        rows = host[host["name"].isin(wanted).to_numpy() & usable]
+        if len(rows) or mark in ("backward", "optimizer"):
+            named = rows["name"].astype(str).to_numpy() if mark in ("action", "overlap", "gpipe") else ""
+            parts.append(pd.DataFrame({"rank": rows["rank"].to_numpy(), "mark": mark, "name": named,
+                                       "start_ns": rows["ts_ns"].to_numpy(),
+                                       "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy()}))
+    if not parts:
+        return pd.DataFrame({"rank": pd.Series(dtype=np.int64), "mark": pd.Series(dtype=object),
+                             "name": pd.Series(dtype=object), "start_ns": pd.Series(dtype=np.int64),
+                             "end_ns": pd.Series(dtype=np.int64)})
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values(["start_ns", "end_ns"], kind="stable", ignore_index=True)
 
@@ -69,7 +83,7 @@ def pipeline_position(pg_config, rank: int) -> tuple[int, int, str] | None:
 def block_source(marks: pd.DataFrame) -> str | None:
     """Where this rank's blocks come from (module docstring), or None: no pipeline on this rank."""
     kinds = set(marks["mark"])
-    if "action" in kinds:
+    if kinds & {"action", "overlap"}:
         return "pp_action"
     if "p2p" not in kinds:
         return None  # a Forward/Backward annotation without stage-to-stage transfers is some other loop's
@@ -103,7 +117,7 @@ def pipeline_blocks(marks: pd.DataFrame, compute: pd.DataFrame, steps: pd.DataFr
             phase, mb = parts[0].str[0], parts[1].astype(np.int64)
         spans = pd.DataFrame({"stage": np.asarray(stage_of), "phase": np.asarray(phase), "microbatch": np.asarray(mb),
                               "start_ns": rows["start_ns"].to_numpy(), "end_ns": rows["end_ns"].to_numpy()})
-        spans = _fill_spans(spans, compute)
+        spans = _fill_spans(pd.concat([spans, _overlap_spans(marks)], ignore_index=True), compute)
     if spans.empty:
         return _empty()
     spans["stage"] = spans["stage"].fillna(-1 if stage is None else stage).astype(np.int64)
@@ -112,6 +126,22 @@ def pipeline_blocks(marks: pd.DataFrame, compute: pd.DataFrame, steps: pd.DataFr
     spans["source"] = source
     spans = spans[list(BLOCK_COLUMNS)].sort_values(["start_ns", "stage"], ignore_index=True)
     return number_microbatches(spans) if source == "inferred" else spans
+
+
+def _overlap_spans(marks: pd.DataFrame) -> pd.DataFrame:
+    """Each ``OVERLAP_F_B`` annotation as its two actions' spans, split where its first autograd op starts (its end
+    where it has none): torch runs the pair one after the other inside the one annotation."""
+    rows = marks[marks["mark"] == "overlap"]
+    parts = rows["name"].str.extract(PP_OVERLAP.pattern)
+    back = np.sort(marks.loc[marks["mark"] == "backward", "start_ns"].to_numpy())
+    start, end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+    at = np.searchsorted(back, start)
+    first_back = np.where(at < len(back), back[np.minimum(at, len(back) - 1)], end) if len(back) else end
+    cut = np.clip(first_back, start, end)  # a first autograd op past the annotation's end: all forward
+    return pd.DataFrame({"stage": np.concatenate([parts[0], parts[3]]).astype(np.int64),
+                         "phase": np.concatenate([parts[1], parts[4]]),
+                         "microbatch": np.concatenate([parts[2], parts[5]]).astype(np.int64),
+                         "start_ns": np.concatenate([start, cut]), "end_ns": np.concatenate([cut, end])})
 
 
 def _fill_spans(spans: pd.DataFrame, compute: pd.DataFrame) -> pd.DataFrame:

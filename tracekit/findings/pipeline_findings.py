@@ -1,10 +1,10 @@
 """The pipeline's findings: the bubble against the schedule's theory (``pipeline_bubble``) and the slowest stage
 (``stage_imbalance``), from ``summary.pipeline`` (``tracekit.run.pipeline``).
 
-The saving a rebalanced pipeline would make is an estimate from the per-stage compute, not a replay: with equal
-microbatches a pipeline runs at its slowest stage's pace, v·m + p − 1 slots of it per step (m microbatches, p
-stages, v per rank), so bringing the slowest stage's per-microbatch compute down to the next slowest's saves
-about (v·m + p − 1) × their difference, at most the step.
+A stage's weight is what one microbatch costs it (``run.pipeline.microbatch_compute_us``). The saving a rebalanced
+pipeline would make is an estimate from it, not a replay: with equal microbatches a pipeline runs at its slowest
+stage's pace, v·m + p − 1 slots of it per step (m microbatches, p stages, v per rank), so bringing the slowest
+stage's microbatch cost down to the next slowest's saves about (v·m + p − 1) × their difference, at most the step.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def _bubble(rows: pd.DataFrame) -> Finding | None:
     message = (f"Pipeline stages idle {measured:.0f}% of each step (per step: fill {parts['fill']:,.0f} us, "
                f"wait {parts['wait']:,.0f} us, drain {parts['drain']:,.0f} us); {said}.")
     if excess >= 10:
-        message += (f" The {excess:.0f} points above it are stages waiting on late neighbours: a slow stage or late "
-                    "receives, not the schedule.")
+        message += (f" The {excess:.0f} points above it are stages waiting on late neighbours (a slow stage, late "
+                    "receives) or on the transfers themselves, not the schedule.")
     more = theory_bubble_pct(schedule, p, v, 2 * m)
     inter = theory_bubble_pct("interleaved", p, 2, m)
     advice = [f"more microbatches per step (2x: theory {more:.0f}%)" if not math.isnan(more) else "more microbatches",
@@ -71,14 +71,12 @@ def _bubble(rows: pd.DataFrame) -> Finding | None:
 
 
 def stage_compute(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per stage: its mean compute per step (mean over the ranks running it), its ranks and microbatches, the ratio
-    to the median of the other stages', heaviest first."""
+    """Per stage: its mean compute per step and its microbatch cost (``run.pipeline.microbatch_compute_us``), its
+    ranks and microbatches, and its imbalance ratio, heaviest first."""
     known = rows[rows["stage"] >= 0]
     per = known.groupby("stage").agg(compute_us=("compute_us", "mean"), microbatches=("microbatches", "median"),
+                                     microbatch_us=("microbatch_compute_us", "first"), ratio=("imbalance_ratio", "first"),
                                      ranks=("rank", lambda r: tuple(sorted({int(x) for x in r})))).reset_index()
-    values = per["compute_us"].to_numpy()
-    others = [np.delete(values, i) for i in range(len(values))]
-    per["ratio"] = [v / np.median(o) if len(o) and np.median(o) > 0 else np.nan for v, o in zip(values, others)]
     return per.sort_values("ratio", ascending=False, ignore_index=True)
 
 
@@ -93,21 +91,22 @@ def _imbalance(rows: pd.DataFrame) -> Finding | None:
         return None
     p, v = int(rows["stages"].iloc[0]), int(rows["stages_per_rank"].iloc[0])
     m = max(float(heavy["microbatches"]), 1.0)
-    median_others = float(np.median(per["compute_us"].to_numpy()[1:]))
-    per_mb_excess = (float(heavy["compute_us"]) - float(per["compute_us"].iloc[1])) / m
+    median_others = float(np.median(per["microbatch_us"].to_numpy()[1:]))
+    excess = float(heavy["microbatch_us"]) - float(per["microbatch_us"].iloc[1])
     step_us = float(rows.drop_duplicates(["rank", "step"])["step_us"].mean())
-    saving = min(max((v * m + p - 1) * per_mb_excess, 0.0), step_us)
+    saving = min(max((v * m + p - 1) * excess, 0.0), step_us)
     stage, ranks = int(heavy["stage"]), tuple(heavy["ranks"])
     message = (f"Stage {stage} (rank {', '.join(map(str, ranks))}) computes {ratio:.2f}x the median of the other "
-               f"stages ({heavy['compute_us']:,.0f} us vs {median_others:,.0f} us per step); every stage runs at its "
-               f"pace. Estimated saving from balancing it with the next slowest stage: {saving:,.0f} us per step "
-               f"({saving / step_us:.0%}), an estimate from the per-stage compute ((v·m+p-1) x the per-microbatch "
-               "excess), not a replay.")
+               f"stages per microbatch ({heavy['microbatch_us']:,.0f} us vs {median_others:,.0f} us); every stage "
+               f"runs at its pace. Estimated saving from balancing it with the next slowest stage: {saving:,.0f} us "
+               f"per step ({saving / step_us:.0%}), an estimate from the per-stage compute ((v·m+p-1) x the "
+               "per-microbatch excess), not a replay.")
     recommendation = (f"Move layers off stage {stage} to its neighbours, splitting the model by measured compute per "
                       "stage rather than by layer or parameter count (the loss and the embedding weigh on the last "
                       "and first stages), or give the stage fewer layers when the schedule has several stages per "
                       "rank.")
     return Finding(kind="stage_imbalance", severity=level, ranks=ranks, message=message, recommendation=recommendation,
-                   evidence={"stage": stage, "compute_ratio": ratio, "stage_compute_us": float(heavy["compute_us"]),
-                             "median_other_compute_us": median_others, "estimated_saving_us": saving,
-                             "saving_is_estimate": True, "share": saving / step_us if step_us > 0 else 0.0})
+                   evidence={"stage": stage, "compute_ratio": ratio, "stage_microbatch_us": float(heavy["microbatch_us"]),
+                             "median_other_microbatch_us": median_others, "stage_compute_us": float(heavy["compute_us"]),
+                             "estimated_saving_us": saving, "saving_is_estimate": True,
+                             "share": saving / step_us if step_us > 0 else 0.0})

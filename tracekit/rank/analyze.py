@@ -24,7 +24,7 @@ from tracekit.commnames import EP_KERNEL
 from tracekit.events.collectives import collective_table
 from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
-from tracekit.events import bubble, pipeline
+from tracekit.events import bubble
 from tracekit.events.p2p import overlap_intervals, split_p2p
 from tracekit.events.pgctx import with_groups
 from tracekit.rank.graph import rank_graph
@@ -120,8 +120,8 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     mtia = events["cat"].isin(["mtia_ccp_events", "mtia_runtime"]).any()
     device = (" / ".join(names) if names else "mtia" if mtia else "gpu") if device_rank else "cpu"
 
-    pipe_blocks, pipe_steps = _pipeline(meta, ops if ops is not None and len(ops) else events, dev_all, steps,
-                                        step_rows)
+    pipe_blocks, pipe_steps = bubble.rank_pipeline(meta.pg_config, meta.rank, ops if ops is not None and len(ops)
+                                                   else events, dev_all, steps, step_rows)
     gaps = metrics.gap_table(dev)
     gaps = pd.concat([gaps, gapsplit.split_gaps(gaps, dev, events, ops, device_rank)], axis=1)
     gaps["host_kind"] = causes.host_kinds(gaps, dev, events)
@@ -153,23 +153,6 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
                       graph=graph, fsdp=fsdp, pipeline_blocks=pipe_blocks, pipeline=pipe_steps,
                       p2p=p2p, comm_overlap=comm_overlap, **ran)
-
-
-def _pipeline(meta: RankMeta, host: pd.DataFrame, dev_all: pd.DataFrame, steps: pd.DataFrame,
-              step_rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The rank's pipeline blocks and its stage x step rows (``events.pipeline``, ``events.bubble``); both empty
-    on a rank that runs no pipeline."""
-    marks = pipeline.pipeline_marks(host)
-    compute = dev_all[(dev_all["kind"] == "compute").to_numpy()]
-    launch = compute["launch_ns"].to_numpy()
-    compute = pd.DataFrame({"start_ns": compute["start_ns"].to_numpy(), "end_ns": compute["end_ns"].to_numpy(),
-                            "when_ns": np.where(launch >= 0, launch, compute["start_ns"].to_numpy())})
-    place = pipeline.pipeline_position(meta.pg_config, meta.rank)
-    blocks = pipeline.pipeline_blocks(marks, compute, steps, None if place is None else place[0])
-    rows = bubble.stage_steps(blocks, bubble.busy_intervals(dev_all), step_rows)
-    rows["in_window"] = rows["step"].isin(step_rows.loc[step_rows["in_window"].astype(bool), "step"]).to_numpy() \
-        if len(step_rows) else np.ones(len(rows), dtype=bool)
-    return blocks, rows
 
 
 _STEP_DEVICE_COLUMNS = ("device_step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")

@@ -109,13 +109,14 @@ def stage_parts(summary) -> pd.DataFrame:
     rows = summary.pipeline
     if rows.empty:
         return pd.DataFrame(columns=["stage", "rank", *[c for c, _, _ in PARTS], "bubble_pct", "theory_bubble_pct",
-                                     "imbalance_ratio"])
+                                     "microbatch_compute_us", "imbalance_ratio"])
     kept = rows[rows["in_window"].astype(bool)]
     kept = kept if len(kept) else rows
     out = kept.groupby("stage").agg(
         rank=("rank", lambda r: ", ".join(str(x) for x in sorted(set(r)))),
         **{c: (c, "mean") for c, _, _ in PARTS}, bubble_pct=("bubble_pct", "mean"),
-        theory_bubble_pct=("theory_bubble_pct", "mean"), imbalance_ratio=("imbalance_ratio", "mean"))
+        theory_bubble_pct=("theory_bubble_pct", "mean"),
+        microbatch_compute_us=("microbatch_compute_us", "first"), imbalance_ratio=("imbalance_ratio", "first"))
     return out.reset_index()
 
 

@@ -2,10 +2,11 @@
 stages' imbalance, and the order torch intended (run.json's ``layout``, a cross-check only).
 
 The schedule is read from the blocks: W or I blocks: ``zero_bubble``; a rank holding several stages:
-``interleaved``; every rank running all its forwards before any backward (or GPipe's own annotations): ``gpipe``;
-else ``1f1b``. With p stages (v per rank) and m microbatches of equal time, the schedules' papers give the
-bubble's share of the step: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved; zero-bubble
-schedules have none in closed form (NaN, with a note).
+``interleaved``, or ``looped_bfs`` where every rank runs all its forwards before any backward; one stage per rank:
+``gpipe`` where every rank runs all its forwards first (or GPipe's own annotations say so), else ``1f1b``. With p
+stages (v per rank) and m microbatches of equal time, the schedules' papers give the bubble's share of the step:
+(p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved 1F1B; zero-bubble and looped-BFS schedules get
+none here (NaN, with a note).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def pipeline_tables(rows: pd.DataFrame, blocks: pd.DataFrame, shift: dict[int, i
     out = rows.assign(schedule=facts["schedule"], stages=facts["stages"], stages_per_rank=facts["stages_per_rank"],
                       theory_bubble_pct=theory_bubble_pct(facts["schedule"], facts["stages"],
                                                           facts["stages_per_rank"], facts["microbatches"]))
-    out["imbalance_ratio"] = imbalance_ratio(out)
+    per_stage = microbatch_compute_us(grid, out)
+    out["microbatch_compute_us"] = out["stage"].map(per_stage).to_numpy(dtype=np.float64)
+    out["imbalance_ratio"] = out["stage"].map(imbalance_ratio(per_stage)).to_numpy(dtype=np.float64)
     out["order_agreement_pct"] = _agreement(grid, out, layout)
     out["note"] = _notes(out, layout)
     return out[list(PIPELINE_COLUMNS)].sort_values(["step", "stage", "rank"], ignore_index=True), grid
@@ -61,7 +64,7 @@ def schedule_facts(blocks: pd.DataFrame) -> dict:
     if blocks["phase"].isin(["I", "W"]).any():
         schedule = "zero_bubble"
     elif v > 1:
-        schedule = "interleaved"
+        schedule = "looped_bfs" if _all_forward_first(blocks) else "interleaved"
     elif (blocks["source"] == "gpipe_annotation").all() or _all_forward_first(blocks):
         schedule = "gpipe"
     else:
@@ -90,29 +93,37 @@ def theory_bubble_pct(schedule: str, p: int, v: int, m: int) -> float:
     return (p - 1) / slots * 100
 
 
-def imbalance_ratio(rows: pd.DataFrame) -> np.ndarray:
-    """Per row: its stage's compute in the step (mean over the ranks that run the stage) over the median of the
-    other stages'; NaN with one stage or none known."""
-    per = rows[rows["stage"] >= 0].groupby(["step", "stage"])["compute_us"].mean().reset_index()
-    ratio = pd.Series(np.nan, index=pd.MultiIndex.from_frame(per[["step", "stage"]]), dtype=np.float64)
-    for step, group in per.groupby("step"):  # a handful of steps, a few stages each
-        values = group["compute_us"].to_numpy()
-        for i, stage in enumerate(group["stage"].to_numpy()):
-            others = np.delete(values, i)
-            if len(others) and np.median(others) > 0:
-                ratio[(step, stage)] = values[i] / np.median(others)
-    keys = pd.MultiIndex.from_arrays([rows["step"], rows["stage"]])
-    return ratio.reindex(keys).to_numpy(dtype=np.float64)
+def microbatch_compute_us(blocks: pd.DataFrame, rows: pd.DataFrame) -> pd.Series:
+    """Per stage: what one microbatch costs it, the lower quartile of its blocks' compute in each phase, summed
+    over the phases, over the window's steps. A block's compute includes any time the host ran something else
+    (a time-shared CPU rank), which only ever adds: the lower quartile reads through it where a mean or a sum
+    would not, and equals them where the blocks are alike."""
+    kept = rows.loc[rows["in_window"].astype(bool), ["rank", "step"]].drop_duplicates()
+    mine = blocks.merge(kept, on=["rank", "step"]) if len(kept) else blocks
+    mine = mine[mine["stage"] >= 0]
+    return mine.groupby(["stage", "phase"])["compute_us"].quantile(0.25).groupby(level="stage").sum()
+
+
+def imbalance_ratio(per_stage: pd.Series) -> pd.Series:
+    """Per stage: its microbatch compute over the median of the other stages'; NaN with one stage or none."""
+    values = per_stage.to_numpy(dtype=np.float64)
+    others = [np.median(np.delete(values, i)) if len(values) > 1 else np.nan for i in range(len(values))]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return pd.Series(np.where(np.asarray(others) > 0, values / np.asarray(others), np.nan), index=per_stage.index)
 
 
 def _agreement(blocks: pd.DataFrame, rows: pd.DataFrame, layout: dict | None) -> np.ndarray:
-    """Per row: % of its rank's blocks of the step at the position run.json's intended order puts them."""
+    """Per row: % of its rank's blocks of the step at the position run.json's intended order puts them (of the
+    longer of the two lists)."""
     intended = (layout or {}).get("intended_schedule") if isinstance(layout, dict) else None
     if not isinstance(intended, dict):
         return np.full(len(rows), np.nan)
+    # torch keys its order by the rank's place along the pipeline, which is its lowest stage (stage s of an
+    # interleaved schedule runs on place s mod p, of a V-shaped one on s or 2p-1-s); a global rank only when pp is alone.
+    place = blocks.groupby("rank")["stage"].min()
     scores = {}
     for (rank, step), group in blocks.sort_values("start_us").groupby(["rank", "step"]):  # one per rank and step
-        want = [a for a in intended.get(str(rank), []) if isinstance(a, str) and _ACTION.match(a)]
+        want = [a for a in intended.get(str(place[rank]), []) if isinstance(a, str) and _ACTION.match(a)]
         ran = (group["stage"].astype(str) + group["phase"] + group["microbatch"].astype(str)).tolist()
         if want:
             same = sum(a == b for a, b in zip(want, ran))
@@ -134,16 +145,26 @@ def _notes(rows: pd.DataFrame, layout: dict | None) -> list[str]:
         to_ranks = {k: [r] for k, r in layout["stage_to_rank"].items()}
     intended = layout.get("schedule")
     for i in range(len(rows)):  # a few rows per step
-        if schedule[i] == "zero_bubble":
-            notes[i].append("zero-bubble schedule: no closed-form bubble to compare with")
+        if schedule[i] in ("zero_bubble", "looped_bfs"):
+            notes[i].append(f"{schedule[i].replace('_', ' ')} schedule: no closed-form bubble to compare with")
         if stage[i] < 0:
             notes[i].append("stage unknown: no PP: action names it and no pipeline group in pg_config")
         elif isinstance(to_ranks, dict) and isinstance(to_ranks.get(str(stage[i])), list) \
                 and rank[i] not in to_ranks[str(stage[i])]:
             notes[i].append(f"run.json puts stage {stage[i]} on rank(s) {to_ranks[str(stage[i])]}")
-        if isinstance(intended, str) and intended not in (schedule[i], "zbv" if schedule[i] == "zero_bubble" else ""):
+        if isinstance(intended, str) and _schedule_kind(intended) != schedule[i]:
             notes[i].append(f"run.json's schedule is {intended}; the blocks read as {schedule[i]}")
     return ["; ".join(n) for n in notes]
+
+
+def _schedule_kind(name: str) -> str:
+    """run.json's schedule name (torch's class, or the workload's flag) as the kinds read from the blocks."""
+    low = name.lower().replace("schedule", "")
+    if "zb" in low or "zero" in low or "dualpipe" in low:
+        return "zero_bubble"
+    if "bfs" in low:
+        return "looped_bfs"
+    return "interleaved" if "interleaved" in low else "1f1b" if "1f1b" in low else low
 
 
 def _empty(columns) -> pd.DataFrame:

@@ -25,9 +25,11 @@ PIPELINE_COLUMNS = {
                          "NaN for a schedule without a closed form (note says)",
     "step_us": "the step's time (as summary.steps)",
     "other_busy_us": "the rank's busy time outside its blocks (optimizer, collectives, ...)",
-    "schedule": "the schedule read from the blocks' order: gpipe, 1f1b, interleaved, zero_bubble",
+    "schedule": "the schedule read from the blocks' order: gpipe, 1f1b, interleaved, looped_bfs, zero_bubble",
     "stages": "p: the pipeline's stages", "stages_per_rank": "v: stages one rank holds",
-    "imbalance_ratio": "the stage's compute over the median of the other stages' in the step",
+    "microbatch_compute_us": "what one microbatch costs the stage: per phase the lower quartile of its blocks' "
+                             "compute over the window, summed (reads through a time-shared host's inflated blocks)",
+    "imbalance_ratio": "the stage's microbatch_compute_us over the median of the other stages'",
     "order_agreement_pct": "share of the rank's blocks in the order run.json's intended_schedule lists (NaN without it)",
     "in_window": "step in the metrics window", "note": "why a number is unknown, or what disagrees with run.json",
 }

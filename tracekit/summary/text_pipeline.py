@@ -32,7 +32,7 @@ def pipeline_lines(summary: Summary) -> list[str]:
         ranks=("rank", lambda r: ", ".join(str(x) for x in sorted(set(r)))), mb=("microbatches", "median"),
         fwd=("fwd_us", "mean"), bwd=("bwd_us", "mean"), compute=("compute_us", "mean"), bubble=("bubble_pct", "mean"),
         fill=("fill_us", "mean"), wait=("wait_us", "mean"), drain=("drain_us", "mean"),
-        ratio=("imbalance_ratio", "mean")).reset_index()
+        cost=("microbatch_compute_us", "first"), ratio=("imbalance_ratio", "first")).reset_index()
     with np.errstate(divide="ignore", invalid="ignore"):
         per_mb_f, per_mb_b = per_stage["fwd"] / per_stage["mb"], per_stage["bwd"] / per_stage["mb"]
     shown = pd.DataFrame({
@@ -40,7 +40,7 @@ def pipeline_lines(summary: Summary) -> list[str]:
         "F/mb ms": per_mb_f.map(ms), "B/mb ms": per_mb_b.map(ms), "compute ms": per_stage["compute"].map(ms),
         "bubble %": per_stage["bubble"].map(pct), "fill ms": per_stage["fill"].map(ms),
         "wait ms": per_stage["wait"].map(ms), "drain ms": per_stage["drain"].map(ms),
-        "x others": per_stage["ratio"].map(lambda x: "unknown" if is_unknown(x) else f"{x:.2f}"),
+        "mb cost ms": per_stage["cost"].map(ms), "x others": per_stage["ratio"].map(lambda x: "unknown" if is_unknown(x) else f"{x:.2f}"),
     })
     lines.append("\n".join("  " + line for line in shown.to_string(index=False).splitlines()))
     measured = float(rows.drop_duplicates(["rank", "step"])["bubble_pct"].mean())
@@ -52,7 +52,7 @@ def pipeline_lines(summary: Summary) -> list[str]:
     if len(known) > 1:
         slow = known.sort_values("ratio", ascending=False).iloc[0]
         lines.append(f"  slowest stage: {int(slow['stage'])} (rank {slow['ranks']}), {slow['ratio']:.2f}x the median "
-                     "of the other stages' compute")
+                     "of the other stages' per microbatch")
     agreement = rows["order_agreement_pct"].dropna()
     if len(agreement):
         lines.append(f"  order vs run.json's intended schedule: {agreement.mean():.0f}% of blocks in place")
