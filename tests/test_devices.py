@@ -258,3 +258,71 @@ def test_module_is_base_layer_and_short():
             assert not node.module.startswith("tracekit") or node.module == "tracekit.errors", node.module
             imported.add(node.module.split(".")[0])
     assert imported <= {"__future__", "math", "re", "dataclasses", "types", "typing", "numpy", "tracekit"}
+
+
+# Every entry against the figures its cited source prints, transcribed as printed: (TFLOPS as printed, which of them
+# are printed "with sparsity" (stored halved), memory GB/s, memory GB, host link GB/s both ways or None).
+_SPARSE = ("tf32", "bf16", "fp16", "fp8", "int8")
+_A100 = dict(fp64=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624)
+_H200_SXM = dict(fp64=67, fp32=67, tf32=989, bf16=1979, fp16=1979, fp8=3958, int8=3958)
+_NVL = dict(fp64=60, fp32=60, tf32=835, bf16=1671, fp16=1671, fp8=3341, int8=3341)
+_PCIE_H = dict(fp32=51, tf32=756, bf16=1513, fp16=1513, fp8=3026, int8=3026)
+_MI300 = dict(fp64=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4, fp8=2614.9, int8=2614.9)
+PRINTED = {
+    "NVIDIA V100 SXM2 16GB": (dict(fp64=7.8, fp32=15.7, fp16=125), (), 900, 16, None),
+    "NVIDIA V100 SXM2 32GB": (dict(fp64=7.8, fp32=15.7, fp16=125), (), 900, 32, None),
+    "NVIDIA V100 PCIe 16GB": (dict(fp64=7, fp32=14, fp16=112), (), 900, 16, 32),
+    "NVIDIA V100 PCIe 32GB": (dict(fp64=7, fp32=14, fp16=112), (), 900, 32, 32),
+    "NVIDIA V100S PCIe 32GB": (dict(fp64=8.2, fp32=16.4, fp16=130), (), 1134, 32, 32),
+    "NVIDIA A100 SXM4 40GB": (_A100, (), 1555, 40, 64),
+    "NVIDIA A100 SXM4 80GB": (_A100, (), 2039, 80, 64),
+    "NVIDIA A100 PCIe 40GB": (_A100, (), 1555, 40, 64),
+    "NVIDIA A100 PCIe 80GB": (_A100, (), 1935, 80, 64),
+    "NVIDIA A10": (dict(fp32=31.2, tf32=62.5, bf16=125, fp16=125, int8=250), (), 600, 24, 64),
+    # The Hopper whitepaper's dense column (its datasheet prints these doubled, with sparsity).
+    "NVIDIA H100 SXM5 80GB": (dict(fp64=66.9, fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9,
+                                   int8=1978.9), (), 3350, 80, 128),
+    "NVIDIA H100 PCIe 80GB": (dict(fp64=51, **_PCIE_H), _SPARSE, 2000, 80, 128),
+    "NVIDIA H100 NVL 94GB": (_NVL, _SPARSE, 3900, 94, 128),
+    "NVIDIA H200 SXM 141GB": (_H200_SXM, _SPARSE, 4800, 141, 128),
+    "NVIDIA H200 NVL 141GB": (_NVL, _SPARSE, 4800, 141, 128),
+    "NVIDIA H800 SXM5 80GB": ({**_H200_SXM, "fp64": 1}, _SPARSE, 3350, 80, 128),
+    "NVIDIA H800 PCIe 80GB": (_PCIE_H, _SPARSE, 2000, 80, 128),
+    "NVIDIA B200 (HGX)": (dict(fp64=37, fp32=75, tf32=2200, bf16=4500, fp16=4500, fp8=9000, int8=9000), _SPARSE,
+                          7700, 180, None),
+    # HGX B300: 8-GPU totals 18 / 36 / 72 PFLOPS with sparsity; GB300 NVL72: 576 TB/s over 72 GPUs.
+    "NVIDIA B300 (HGX)": (dict(fp64=1.25, fp32=75, tf32=18000 / 8, bf16=36000 / 8, fp16=36000 / 8, fp8=72000 / 8),
+                          _SPARSE, 576_000 / 72, 288, None),
+    "NVIDIA L4": (dict(fp32=30.3, tf32=120, bf16=242, fp16=242, fp8=485, int8=485), _SPARSE, 300, 24, 64),
+    "NVIDIA L40S": (dict(fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733, int8=733), (), 864, 48, 64),
+    "AMD Instinct MI250X": (dict(fp64=95.7, fp32=47.9, bf16=383, fp16=383, int8=383), (), 3200, 128, 64),
+    "AMD Instinct MI250": (dict(fp64=90.5, fp32=45.3, bf16=362.1, fp16=362.1, int8=362.1), (), 3200, 128, 64),
+    "AMD Instinct MI300X": (_MI300, (), 5300, 192, 128),
+    "AMD Instinct MI325X": (_MI300, (), 6000, 256, 128),
+    "AMD Instinct MI350X": (dict(fp64=72.1, fp32=144.2, bf16=2306.9, fp16=2306.9, fp8=4613.7, int8=4613.7), (),
+                            8000, 288, 128),
+    "AMD Instinct MI355X": (dict(fp64=78.6, fp32=157.3, bf16=2516.6, fp16=2516.6, fp8=5033.2, int8=5033.2), (),
+                            8000, 288, 128),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRINTED))
+def test_entry_against_its_source(name):
+    """Each entry holds its source's printed figures: dense as printed, 'with sparsity' halved; memory, its size,
+    and the host link one way (half the both-ways figure), unknown where the source prints none."""
+    printed, sparse, gbps, gb, link = PRINTED[name]
+    entry = BY_NAME[name]
+    assert dict(entry.tflops) == pytest.approx({k: v / 2 if k in sparse else v for k, v in printed.items()})
+    assert (entry.memory_gbps, entry.memory_gb) == (pytest.approx(gbps), gb)
+    assert (entry.host_link_gbps == pytest.approx(link / 2)) if link else math.isnan(entry.host_link_gbps)
+    assert entry.source and (entry.host_link.startswith("PCIe") if link else entry.host_link == "")
+
+
+def test_every_entry_has_its_printed_figures():
+    """No entry without a transcription above; a GCD entry is half its module's (test_gcd_entries_are_half_the_module)
+    with the module's link: one GCD alone may use the whole link."""
+    modules = {p.name for p in PEAKS if "GCD" not in p.name}
+    assert modules == set(PRINTED)
+    for p in PEAKS:
+        if "GCD" in p.name:
+            assert p.host_link_gbps == BY_NAME[p.name.removesuffix(" (one GCD)")].host_link_gbps

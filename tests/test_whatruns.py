@@ -123,7 +123,8 @@ def test_memory_peaks_by_hand(tmp_path):
     s = _gpu_run(tmp_path, events, deviceProperties=A100)
     m = s.memory.set_index("step")
     assert m.loc[1, "peak_allocated_bytes"] == 250 and m.loc[1, "end_allocated_bytes"] == 250
-    assert math.isnan(m.loc[1, "start_allocated_bytes"])  # nothing before the first event
+    # Nothing before the first event: the step starts at its reading less its bytes, 100 - 100 = 0 (was NaN).
+    assert m.loc[1, "start_allocated_bytes"] == 0 and m.loc[1, "growth_bytes"] == 250
     assert m.loc[2, "start_allocated_bytes"] == 250 and m.loc[2, "end_allocated_bytes"] == 200
     assert m.loc[2, "peak_allocated_bytes"] == 250 and m.loc[2, "growth_bytes"] == -50
     assert m.loc[1, "device"] == "cuda:0" and m.loc[1, "device_memory_bytes"] == 85_899_345_920

@@ -20,7 +20,7 @@ vendor document named in that entry's ``source`` (title and, where known, URL).
 * ``host_link`` names the link to the host (``PCIe Gen4 x16``) as the same source prints it, and
   ``host_link_gbps`` is its bandwidth in **one direction**: half of the printed figure, which counts both
   directions (NVIDIA prints "PCIe Gen4: 64GB/s" for a link that carries 32 GB/s each way). A copy between host
-  and device moves one way, so this is its bound. NaN where the source gives no figure (B200, B300).
+  and device moves one way, so this is its bound. NaN where the source gives no figure (V100 SXM2, B200, B300).
 
 Matching
 --------
@@ -167,14 +167,15 @@ _add("AMD Instinct MI355X", "amd", "mi355x", ",oam", 288, 8000, _MI355X,
      fp64=78.6, fp32=157.3, bf16=2516.6, fp16=2516.6, fp8=5033.2, int8=5033.2)
 
 # The link to the host, from each entry's own source: (link, GB/s both directions as printed). NVIDIA's datasheets
-# print "PCIe Gen3 32GB/s" (V100), "PCIe Gen4: 64GB/s" (A100, A10, L4, L40S), "PCIe Gen5: 128GB/s" (H100, H200,
+# print "PCIe 32GB/s" (V100 PCIe; the SXM2 column gives NVLink only, and POWER9 hosts reach it over NVLink: left
+# unknown), "PCIe Gen4: 64GB/s" (A100, A10, L4, L40S), "PCIe Gen5: 128GB/s" (H100, H200,
 # H800); AMD's spec pages give the bus, "PCIe 4.0 x16" (MI250X, MI250) or "PCIe Gen 5 x16, 128 GB/s" (MI300X and
 # later), and PCIe 4.0 x16 is the same 64 GB/s both ways. Not found per GPU for HGX B200/B300: left unknown.
 _PCIE = {3: ("PCIe Gen3 x16", 32.0), 4: ("PCIe Gen4 x16", 64.0), 5: ("PCIe Gen5 x16", 128.0)}
 _LINK_GEN = {"v100": 3, "v100s": 3, "a100": 4, "a10": 4, "l4": 4, "l40s": 4, "h100": 5, "h200": 5, "h800": 5,
              "mi250x": 4, "mi250": 4, "mi300x": 5, "mi325x": 5, "mi350x": 5, "mi355x": 5}
 _ROWS[:] = [(mdl, ok, replace(p, host_link=_PCIE[_LINK_GEN[mdl]][0], host_link_gbps=_PCIE[_LINK_GEN[mdl]][1] / 2)
-             if mdl in _LINK_GEN else p) for mdl, ok, p in _ROWS]
+             if mdl in _LINK_GEN and "SXM2" not in p.name else p) for mdl, ok, p in _ROWS]
 PEAKS: tuple[DevicePeaks, ...] = tuple(row[2] for row in _ROWS)
 _MODELS = frozenset(row[0] for row in _ROWS)
 _FORM = re.compile(r"sxm\d*|pcie|nvl|oam|hbm\d*e?|pg\d+")
