@@ -32,6 +32,7 @@ are tp's, the c10d collectives FSDP2 calls directly are fsdp's; "ops" keeps torc
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -143,6 +144,8 @@ def train_tp_fsdp(rank: Rank, cfg: HybridConfig) -> None:
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+    # FSDP2 warns that the root returns a view (the logits): nothing here writes into it in place
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     sizes = dict(cfg.mesh)
     mesh = pipeline_run.device_mesh(rank, sizes)
     torch.manual_seed(cfg.seed)
