@@ -9,9 +9,9 @@
   --mesh pp=2,dp=2   pipeline parallel over pp (workloads.pipeline's stages and --schedule, --microbatches, ...),
                      each stage FSDP2-sharded over its dp group with reshard_after_forward=False (gathered once per
                      step, as torchtitan does under pipelining).
-Dims are laid out pp, dp, tp from outermost to innermost whatever the order given: rank = ((pp x dp) + dp) x tp + tp,
-so tp groups are neighbouring ranks (one node's GPUs). The sizes must multiply to the job's ranks; --nproc defaults to
-that product.
+Dims are laid out pp, dp, tp from outermost to innermost whatever the order given (rank = (pp index x dp size +
+dp index) x tp size + tp index), so tp groups are neighbouring ranks, as a node's GPUs are. The sizes must multiply
+to the job's ranks; --nproc defaults to that product.
 
 Commands
   4 GPUs, one node:                   python -m workloads.hybrid --profile --mesh dp=2,tp=2

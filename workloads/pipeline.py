@@ -26,8 +26,11 @@ Commands
                                              --stages-per-rank 2
   pipeline x data parallel (FSDP2):   see workloads.hybrid --mesh pp=2,dp=2
 
-Sizes are workloads.gpt's flags; --batch-size is sequences per microbatch. --accum, --amp, --mode dp and
---straggler-* are refused (microbatches are the pipeline's accumulation; --stage-weights is its seeded fault).
+On a GPU the default is GPT-2 small's widths with 16 blocks (so 8 ranks x 2 stages have one each), 4 sequences per
+microbatch; without one it shrinks to 4 blocks x 128 channels, vocab 256, 64 tokens, 4 sequences per microbatch, and
+the first line printed says which config was chosen. Sizes are workloads.gpt's flags; --batch-size is sequences per
+microbatch. --accum, --amp, --mode dp and --straggler-* are refused (microbatches are the pipeline's accumulation;
+--stage-weights is its seeded fault).
 Output: --out (default runs/pipeline-<timestamp>/) holds rank-<r>.pt.trace.json.gz per rank (with --profile) and
 run.json, whose "layout" holds the mesh, schedule, microbatches, stage-to-rank map, parameters per stage, the seeded
 weights, the bytes one microbatch's activation takes ("activation_bytes_per_microbatch", measured on the tensor),
@@ -46,7 +49,7 @@ from workloads.config import ConfigError, base_parser, build
 from workloads.stages import MULTI_STAGE, SCHEDULES, parse_stage_weights
 
 GPU_DEFAULTS = {**gpt.GPU_DEFAULTS, "n_layer": 16, "batch_size": 4, "steps": 20}
-CPU_DEFAULTS = dict(vocab_size=1024, seq_len=32, n_layer=4, n_head=4, n_embd=64, batch_size=2, steps=6, workers=0,
+CPU_DEFAULTS = dict(vocab_size=256, seq_len=64, n_layer=4, n_head=4, n_embd=128, batch_size=4, steps=6, workers=0,
                     lr=6e-4)
 
 
