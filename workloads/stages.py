@@ -114,8 +114,9 @@ def stage_to_rank(schedule: str, pp_size: int, stages_per_rank: int) -> dict[str
 
 
 def intended_schedule(sched, schedule: str) -> tuple[dict[str, list[str]], dict[str, list[str]] | None]:
-    """torch's own action order per pp rank (compute actions, idle slots dropped), and for the runtime schedules the
-    order with communication (SEND_F, RECV_B, UNSHARD, ...), as `str(_Action)` strings.
+    """torch's own action order per pp rank, keyed by the position along pp (idle slots dropped; GPipe's and 1F1B's
+    lists end with torch's REDUCE_GRAD), and for the runtime schedules the order with communication (SEND_F, RECV_B,
+    UNSHARD, ...), as `str(_Action)` strings.
 
     torch 2.14's `Schedule1F1B._get_pipeline_order` numbers the last stage's forwards 1..M instead of 0..M-1; GPipe
     and 1F1B run each stage's forwards and backwards in microbatch order, so those are numbered in order here.
@@ -160,7 +161,8 @@ def layout(*, mesh: dict[str, int], schedule: str | None, microbatches: int | No
            comm_debug_counts: dict | None = None) -> dict:
     """The "layout" block of run.json (names shared with the analysis). `stage_ranks` maps each stage to its position
     along the pp dimension, which is the global rank when the mesh is pp alone; "stage_to_global_ranks" lists the
-    global ranks that hold each stage (one per dp replica), "mesh_ranks" the global ranks of each group of each dim."""
+    global ranks that hold each stage (one per dp replica), "mesh_ranks" the global ranks of each group of each dim.
+    "intended_schedule" is keyed, like `stage_ranks`' values, by the position along pp."""
     groups = mesh_ranks(mesh)
     block = {
         "mesh": mesh, "mesh_ranks": groups, "schedule": schedule, "microbatches": microbatches,
