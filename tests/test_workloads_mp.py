@@ -243,3 +243,27 @@ def test_tp_inside_fsdp_run_counts_its_tp_all_reduces_as_torch_does(tmp_path):
         assert len(_ops(doc, "_c10d_functional::all_reduce")) == 12  # one profiled step
         groups = {g["pg_desc"]: g["ranks"] for g in doc["distributedInfo"]["pg_config"]}
         assert groups["mesh_tp"] in lay["mesh_ranks"]["tp"] and rank in groups["mesh_tp"]
+
+
+# ------------------------------------------------------------------------------------ bundled samples
+
+PP_SAMPLES = sorted(p for p in (ROOT / "sample_traces").glob("pp-*") if (p / "run.json").is_file())
+
+
+@pytest.mark.parametrize("run", PP_SAMPLES, ids=lambda p: p.name)
+def test_bundled_pipeline_samples_agree_with_their_layout(run):
+    meta = json.loads((run / "run.json").read_text())
+    lay, cfg = meta["layout"], meta["config"]
+    assert lay["activation_bytes_per_microbatch"] == cfg["batch_size"] * cfg["seq_len"] * cfg["n_embd"] * 4
+    assert sorted(map(int, lay["stage_to_rank"])) == list(range(lay["num_stages"]))
+    assert lay["num_stages"] == lay["mesh"]["pp"] * lay["stages_per_rank"]
+    phases = "FIW" if lay["schedule"] == "zbv" else "FB"  # ZBV splits backward into input and weight
+    for pos, actions in lay["intended_schedule"].items():
+        mine = [s for s, r in lay["stage_to_rank"].items() if str(r) == pos]
+        planned = sorted(a for a in actions if "REDUCE" not in a)
+        assert planned == sorted(f"{s}{p}{m}" for s in mine for p in phases for m in range(lay["microbatches"]))
+    for rank in range(meta["world_size"]):
+        doc = _trace(run, rank)
+        p2p = _ops(doc, "c10d::send") + _ops(doc, "c10d::recv_")
+        assert p2p and {4 * math.prod(e["args"]["Input Dims"][0][0]) for e in p2p} == {
+            lay["activation_bytes_per_microbatch"]}
