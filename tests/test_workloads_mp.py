@@ -18,8 +18,8 @@ from workloads.config import ConfigError  # noqa: E402
 from workloads.gpt_model import GPTShape  # noqa: E402
 from workloads.hybrid import HybridConfig, comm_counts_by_dim, parse_mesh  # noqa: E402
 from workloads.pipeline import PipelineConfig  # noqa: E402
-from workloads.stages import (block_passes, build_stage, intended_schedule, layer_split, layout, mesh_ranks,  # noqa: E402
-                              parse_stage_weights, stage_to_rank, stages_of_rank)
+from workloads.stages import (block_passes, build_stage, intended_schedule, layer_split, layout,  # noqa: E402
+                              mesh_ranks, parse_stage_weights, stage_to_rank, stages_of_rank)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = dict(vocab_size=64, seq_len=8, n_layer=4, n_head=2, n_embd=16, batch_size=2, steps=4)
