@@ -87,3 +87,35 @@ def _init(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.02)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
+
+
+class HeadShardedAttention(nn.Module):
+    """`CausalSelfAttention` with separate q, k and v projections, for tensor parallelism.
+
+    Column-sharding a fused qkv layer would cut across q, k and v; with three layers each shard holds whole heads.
+    The head count is read from the (possibly sharded) projection's output, so the same code runs on a full layer and
+    on a ColwiseParallel shard of it. Same parameter count and FLOPs as `CausalSelfAttention`.
+    """
+
+    def __init__(self, shape: GPTShape):
+        super().__init__()
+        self.head_dim = shape.n_embd // shape.n_head
+        self.q, self.k, self.v = (nn.Linear(shape.n_embd, shape.n_embd) for _ in range(3))
+        self.proj = nn.Linear(shape.n_embd, shape.n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        heads = q.shape[-1] // self.head_dim  # n_head, or n_head / tp on a shard
+        q, k, v = (z.view(b, t, heads, self.head_dim).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, heads * self.head_dim))
+
+
+def with_head_sharded_attention(model: GPT, shape: GPTShape) -> GPT:
+    """`model` with each block's attention replaced by a freshly initialised `HeadShardedAttention` (GPT-2 init)."""
+    for block in model.blocks:
+        block.attn = HeadShardedAttention(shape)
+        block.attn.apply(_init)
+        nn.init.normal_(block.attn.proj.weight, std=0.02 / math.sqrt(2 * shape.n_layer))
+    return model

@@ -108,7 +108,8 @@ class StepClock:
             # Numbered as the trace numbers it (ProfilerStep#<step>, from 0), so the steps said profiled here are
             # the steps tracekit reports.
             tag = f" [profiled: ProfilerStep#{step}]" if self.cfg.profile and step in self.cfg.profiled_steps else ""
-            print(f"step {step:>4} of 0-{self.cfg.steps - 1} | loss {loss:8.4f} | "
+            said = f"{loss:8.4f}" if loss == loss else "     n/a"  # NaN: the loss lives on another rank
+            print(f"step {step:>4} of 0-{self.cfg.steps - 1} | loss {said} | "
                   f"{self.samples_per_step / ms * 1e3:9.1f} samples/s | {ms:8.1f} ms{tag}", flush=True)
 
     def throughput(self) -> dict[str, float | None]:
@@ -130,10 +131,12 @@ class StepClock:
 
 
 def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.nn.Module, workload: str,
-                   flops_per_step: float | None = None) -> Path:
+                   flops_per_step: float | None = None, *, layout: dict | None = None,
+                   trainable_params: int | None = None) -> Path:
     """Write run.json into cfg.out (rank 0 only): config, job, versions, parameter count, step times, throughput,
     and ``flop_counter_flops_per_step``: FlopCounterMode's count of one optimizer step on one rank (None if not
-    counted)."""
+    counted). Model-parallel workloads add ``layout`` (mesh, stages, schedule: see workloads.stages.layout) and give
+    `trainable_params` of the whole model, which no one rank holds."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     run = {
@@ -144,7 +147,8 @@ def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.
         "mode": cfg.parallelism,
         "devices": list(rank.device_names),
         "versions": _versions(),
-        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "trainable_params": (trainable_params if trainable_params is not None
+                             else sum(p.numel() for p in model.parameters() if p.requires_grad)),
         "optimizer_steps": cfg.steps,
         "micro_batches_per_step": cfg.accum,
         "samples_per_step": clock.samples_per_step,
@@ -159,6 +163,8 @@ def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.
         "argv": sys.argv[1:],
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
+    if layout is not None:
+        run["layout"] = layout
     path = out / RUN_JSON
     path.write_text(json.dumps(run, indent=2) + "\n")
     return path
