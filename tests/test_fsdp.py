@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -14,6 +15,8 @@ from tests.tracedata import cpu, kernel, launch, write_trace
 from tracekit.events import fsdp_hooks
 from tracekit.nesting import innermost
 from tracekit.findings import fsdp_findings
+
+ROOT = Path(__file__).resolve().parents[1]
 from tracekit.schema import FSDP_COLUMNS
 
 GLOO = 9  # gloo's worker thread; the training thread is 1
@@ -356,3 +359,20 @@ def test_the_compare_page_puts_ddp_beside_fsdp(monkeypatch):
                                   expected.reset_index(drop=True).astype(object).where(expected.notna(), None),
                                   check_dtype=False)
     assert "all_gather_MB_per_step" in set(shown["metric"])
+
+
+def test_fp32_gather_finding_of_unknown_size_says_unknown_not_zero():
+    """A float32 gather whose size the trace does not give (a DTensor-sharded gather on gloo) is 'unknown MB', and
+    its evidence NaN: never '0.00 MB'."""
+    import dataclasses
+
+    s = tracekit.summarize(ROOT / "sample_traces" / "fsdp-gloo-2rank-prefetch0", cache=False, workers=1)
+    from tracekit.findings import fsdp_findings
+
+    fsdp = s.fsdp.assign(allgather_dtype="float", wait_us=s.fsdp["wait_us"] * 0 + 1e9)
+    known = [f for f in fsdp_findings.merged([], fsdp, s.steps, s.ranks) if f.kind == "fsdp_fp32_allgather"]
+    assert len(known) == 1 and "unknown MB" not in known[0].message and " MB per step" in known[0].message
+    unknown = fsdp.assign(allgather_bytes=np.where(fsdp["gathers"] > 0, np.nan, fsdp["allgather_bytes"]))
+    found = [f for f in fsdp_findings.merged([], unknown, s.steps, s.ranks) if f.kind == "fsdp_fp32_allgather"]
+    assert len(found) == 1 and "(unknown MB per step and rank)" in found[0].message
+    assert math.isnan(found[0].evidence["allgather_bytes_per_step"])

@@ -148,10 +148,15 @@ def _fp32_allgather(rows, step_us, training):
     if math.isnan(worst) or worst < EXPOSED_ALLGATHER_SHARE[0]:
         return []
     hit = share.index[share >= EXPOSED_ALLGATHER_SHARE[0]]
-    per_step = rows[fp32 & rows["rank"].isin(hit)].groupby(["rank", "step"])["allgather_bytes"].sum()
+    # A gather of unknown size leaves the step's bytes unknown (NaN), never a 0 MB gather.
+    gathers = rows[fp32 & rows["rank"].isin(hit)]
+    by_step = [gathers["rank"], gathers["step"]]
+    per_step = gathers["allgather_bytes"].groupby(by_step).sum().where(
+        ~gathers["allgather_bytes"].isna().groupby(by_step).any())
+    size = "unknown MB" if per_step.isna().any() else f"{per_step.mean() / 1e6:.2f} MB"
     return [Finding(
         "fsdp_fp32_allgather", "medium", tuple(int(r) for r in hit),
-        f"FSDP gathers parameters in float32 ({per_step.mean() / 1e6:.2f} MB per step and rank) while units wait "
+        f"FSDP gathers parameters in float32 ({size} per step and rank) while units wait "
         f"for all-gathers up to {worst:.0%} of the step time.",
         "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) halves the all-gather bytes "
         "(FSDP1: MixedPrecision(param_dtype=torch.bfloat16))." if training(hit) else  # forward only: no reduction
