@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tracekit
 from tracekit.rank import cache
 
@@ -196,3 +198,21 @@ def golden_form(s, run):
     from tests import golden_summary
 
     return json.dumps(golden_summary.compact(s, run), sort_keys=True)
+
+
+def test_free_port_keeps_to_its_range_and_skips_a_taken_port(monkeypatch):
+    import socket
+
+    from workloads.ports import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        taken.listen()
+        monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{port}")
+        with pytest.raises(OSError, match="no free port"):
+            free_port()
+        # The range's only other port is the one it must return (when the OS has it free, as it almost always has).
+        other = port + 1
+        monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{other}")
+        assert free_port() == other
