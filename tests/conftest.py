@@ -7,16 +7,26 @@
   processes and the CLI run as a subprocess.
 - In CI (the ``CI`` environment variable set, as CI services do) the suite cannot go green by skipping: a missing
   torch, HolisticTraceAnalysis or ``../shared/traces`` stops the run with an error before any test, and a test
-  skipped for one of them fails.
+  skipped for one of them, or for a missing browser (Debian's chromium and chromedriver, Selenium), fails.
+- Parallel runs (pytest-xdist, ``-n``): a test marked ``serial`` (one that times a live job, which a neighbour on
+  another core would skew) runs alone: while it runs, no other worker runs a test (``_turn``). Each worker
+  picks ports in its own range (``workloads.ports``), so two workers never start servers or rendezvous on one port.
+- ``summaries``: one Summary per (run, options) for the whole session, for tests that only read it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
 import shutil
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there the workers run serial tests beside others
+    fcntl = None
 from pathlib import Path
 
 import pytest
@@ -29,10 +39,13 @@ REQUIRED = {
     f"the shared traces ({SHARED_TRACES})": lambda: (SHARED_TRACES / "hta").is_dir(),
 }
 # A skip reason that names one of them: pytest.importorskip's, or any that mentions the shared traces.
-REQUIREMENT_SKIP = re.compile(r"(?i)(could not import|no module named) '(torch|hta)\b|shared[/ ]traces")
-_ENV = ("HOME", "XDG_CACHE_HOME", "HYPOTHESIS_STORAGE_DIRECTORY")
+REQUIREMENT_SKIP = re.compile(r"(?i)(could not import|no module named) '(torch|hta|selenium)\b|shared[/ ]traces|chromium")
+LOCK_ENV = "TRACEKIT_TESTS_SERIAL_LOCK"
+PORT_RANGE_ENV, PORTS_FROM, PORTS_PER_WORKER = "TRACEKIT_PORT_RANGE", 20000, 200  # workloads.ports reads the range
+_ENV = ("HOME", "XDG_CACHE_HOME", "HYPOTHESIS_STORAGE_DIRECTORY", LOCK_ENV, PORT_RANGE_ENV)
 _saved: dict[str, str | None] = {}
 _home: list[str] = []
+_worker: list[str] = []  # this process's xdist worker id, if it is one
 
 
 def in_ci() -> bool:
@@ -60,10 +73,48 @@ def pytest_configure(config):
         pass
     else:
         set_hypothesis_home_dir(Path(home) / ".hypothesis")
+    _parallel_setup(home, getattr(config, "workerinput", {}).get("workerid"))
     if in_ci():
         missing = missing_requirements()
         if missing:
             raise pytest.UsageError("CI is set, so these are required, not skipped: " + "; ".join(missing))
+
+
+def _parallel_setup(home: str, worker: str | None) -> None:
+    """In the process that starts the workers: a lock file they share. In a worker: its own range of ports.
+    (A worker is known by its config, not by PYTEST_XDIST_WORKER, which a pytest a test starts would inherit.)"""
+    _worker[:] = [worker] if worker else []
+    if worker is None:
+        os.environ[LOCK_ENV] = str(Path(home) / "serial.lock")  # the workers inherit it
+        return
+    # Worker gwN: 200 ports from 20000 + 200 N, below the kernel's ephemeral range (32768 and up on Linux).
+    low = PORTS_FROM + PORTS_PER_WORKER * (int(re.sub(r"\D", "", worker) or 0) % 60)
+    os.environ[PORT_RANGE_ENV] = f"{low}-{low + PORTS_PER_WORKER - 1}"
+
+
+@contextlib.contextmanager
+def _turn(alone: bool):
+    """A test's turn under pytest-xdist: shared with the other workers' tests, or, for a ``serial`` test, alone.
+    A readers-writer lock on two files (flock): every test passes a turnstile first; a serial test holds the
+    turnstile while it waits for the others to finish and while it runs, so no test starts meanwhile and a stream
+    of short tests cannot keep it waiting. Outside a worker (one process), nothing to share."""
+    lock_path = os.environ.get(LOCK_ENV)
+    if not _worker or not lock_path or fcntl is None:
+        yield
+        return
+    with open(lock_path + ".turnstile", "a") as turnstile, open(lock_path, "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 def pytest_unconfigure(config):
@@ -104,3 +155,32 @@ def _cache_stays_in_the_temporary_home():
     """Every test runs with HOME (and so tracekit's default cache) inside the run's temporary folder."""
     assert os.environ["HOME"] == _home[-1], "a test or fixture changed HOME; the default cache would leave tmp"
     yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with _turn(alone=item.get_closest_marker("serial") is not None):
+        yield
+
+
+@pytest.fixture(scope="session")
+def summaries():
+    """``summaries(path, **options)``: ``tracekit.summarize(path, **options)``, computed once per session for each
+    (path, options), for tests that read the same run. A Summary cannot be changed (frozen, and each table read is
+    a copy), so sharing it cannot let one test change what another sees."""
+    import inspect
+
+    import tracekit
+
+    defaults = {name: p.default for name, p in inspect.signature(tracekit.summarize).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    memo = {}
+
+    def get(path, **options):
+        # Options at their default count as given: summaries(run) and summaries(run, window="drop_last") are one.
+        key = (str(Path(path).resolve()), tuple(sorted({**defaults, **options}.items(), key=lambda kv: kv[0])))
+        if key not in memo:
+            memo[key] = tracekit.summarize(path, **options)
+        return memo[key]
+
+    return get

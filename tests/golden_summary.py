@@ -72,10 +72,13 @@ def compact(summary, run: Path) -> dict:
     return {k: (_table(v) if k not in ("run", "findings") else v) for k, v in plain.items()}
 
 
+OPTIONS = dict(workers=1, cache=False)  # tracekit.summarize's options for a golden Summary
+
+
 def summarize(run: Path) -> dict:
     import tracekit
 
-    return compact(tracekit.summarize(run, workers=1, cache=False), run)
+    return compact(tracekit.summarize(run, **OPTIONS), run)
 
 
 def differences(expected, actual, where: str = "") -> list[str]:

@@ -1,12 +1,15 @@
 """The suite's own rules (tests/conftest.py): with CI set a missing requirement is an error, not a skip; the cache
 stays in a temporary folder; .ci/run lists skips and runs the README's test command."""
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import tracekit
 from tracekit.rank import cache
@@ -87,3 +90,129 @@ def test_ci_script_lists_skips_and_runs_the_readme_command():
                         r"\.venv/bin/python -m pytest[^\n]*)\n```", readme).group(1)
     assert script.rstrip().splitlines()[-1] == command
     assert 'PYTEST_ADDOPTS="-rs' in script and 'CI="${CI:-true}"' in script
+
+
+BROWSER_SUITE = '''
+import pytest
+
+@pytest.mark.skipif(True, reason="needs Debian's chromium and chromium-driver")
+def test_in_a_browser():
+    pass
+
+def test_needs_selenium():
+    pytest.importorskip("selenium.no_such_module_here")
+'''
+
+
+def test_in_ci_a_skip_for_a_missing_browser_fails(tmp_path):
+    """Issue 35 item 7: the browser tests cannot go green by skipping under CI; outside CI they are skips."""
+    tests = tmp_path / "repo" / "tests"
+    tests.mkdir(parents=True)
+    shutil.copy(TESTS / "conftest.py", tests / "conftest.py")
+    (tests / "test_browser_mini.py").write_text(BROWSER_SUITE)
+    (tmp_path / "shared" / "traces").mkdir(parents=True)
+    (tmp_path / "shared" / "traces" / "hta").symlink_to(TESTS.parents[1] / "shared" / "traces" / "hta")
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tests)]
+    ci = subprocess.run(command, cwd=tmp_path / "repo", env={**env, "CI": "true"}, capture_output=True, text=True,
+                        timeout=120)
+    # A skip in setup (skipif) is reported as an error, one in the test's body as a failure: both fail the run.
+    assert ci.returncode == 1 and "1 failed, 1 error" in ci.stdout, ci.stdout + ci.stderr
+    assert ci.stdout.count("CI is set: skipping a test for a missing requirement") == 2, ci.stdout
+    local = subprocess.run(command, cwd=tmp_path / "repo", env=env, capture_output=True, text=True, timeout=120)
+    assert local.returncode == 0 and "2 skipped" in local.stdout, local.stdout + local.stderr
+
+
+PARALLEL_SUITE = '''
+import json
+import os
+import time
+
+import pytest
+
+from pathlib import Path
+
+LOG = Path(os.environ["MINI_LOG"])
+
+
+def _record(name, seconds):
+    start = time.monotonic()
+    time.sleep(seconds)
+    with open(LOG, "a") as f:
+        f.write(f"{name} {start} {time.monotonic()} {os.environ.get('TRACEKIT_PORT_RANGE', '')}\\n")
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_short(i):
+    _record(f"short{i}", 0.15)
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("i", range(2))
+def test_timed_alone(i):
+    _record(f"serial{i}", 0.8)
+'''
+
+
+def test_under_xdist_a_serial_test_runs_alone_and_workers_have_their_own_ports(tmp_path):
+    """Two workers: no test's interval overlaps a serial test's, and each worker has its own port range."""
+    tests = tmp_path / "repo" / "tests"
+    tests.mkdir(parents=True)
+    shutil.copy(TESTS / "conftest.py", tests / "conftest.py")
+    (tests / "test_parallel_mini.py").write_text(PARALLEL_SUITE)
+    (tmp_path / "repo" / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: alone\n")
+    log = tmp_path / "log.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tests)],
+                          cwd=tmp_path / "repo", env={**env, "MINI_LOG": str(log)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "14 passed" in done.stdout, done.stdout + done.stderr
+    rows = [line.split() for line in log.read_text().splitlines()]
+    spans = {name: (float(a), float(b)) for name, a, b, _ in rows}
+    for name in ("serial0", "serial1"):
+        a, b = spans[name]
+        overlapping = [other for other, (c, d) in spans.items() if other != name and c < b and a < d]
+        assert not overlapping, (name, overlapping)
+    ranges = {r for *_, r in rows}
+    assert len(ranges) == 2 and all(re.fullmatch(r"\d+-\d+", r) for r in ranges), ranges
+    (a_lo, a_hi), (b_lo, b_hi) = sorted(tuple(map(int, r.split("-"))) for r in ranges)
+    assert a_hi < b_lo and b_hi < 32768  # disjoint, and below the kernel's ephemeral ports
+
+
+def test_summaries_share_one_summary_per_run_and_options(summaries):
+    run = REPO / "sample_traces" / "resnet-gloo-2rank"
+    s = summaries(run, workers=1, cache=False)
+    # Options at their default are the same key; a relative path to the same folder too.
+    assert summaries(run, window="drop_last", cache=False, workers=1) is s
+    assert summaries(os.path.relpath(run), workers=1, cache=False) is s
+    other = summaries(run, window="all_steps", workers=1, cache=False)
+    assert other is not s and other.run.window != s.run.window
+    # What is shared cannot be changed by a test that reads it: each read of a table is a copy.
+    ranks = s.ranks
+    ranks.loc[0, "span_us"] = -1.0
+    assert (s.ranks["span_us"] > 0).all()
+    assert golden_form(s, run) == golden_form(tracekit.summarize(run, workers=1, cache=False), run)
+
+
+def golden_form(s, run):
+    from tests import golden_summary
+
+    return json.dumps(golden_summary.compact(s, run), sort_keys=True)
+
+
+def test_free_port_keeps_to_its_range_and_skips_a_taken_port(monkeypatch):
+    import socket
+
+    from workloads.ports import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        taken.listen()
+        monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{port}")
+        with pytest.raises(OSError, match="no free port"):
+            free_port()
+        # The range's only other port is the one it must return (when the OS has it free, as it almost always has).
+        other = port + 1
+        monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{other}")
+        assert free_port() == other

@@ -15,8 +15,8 @@ RUNS = golden.runs()
 
 @pytest.mark.parametrize("window", ["drop_last", "all_steps"])
 @pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
-def test_the_baseline_is_the_measured_step_time(run, window):
-    s = tracekit.summarize(run, window=window, workers=1, cache=False)
+def test_the_baseline_is_the_measured_step_time(run, window, summaries):
+    s = summaries(run, window=window, workers=1, cache=False)
     steps = s.steps[s.steps["in_window"].astype(bool)]
     measured = steps.groupby("rank")["step_us"].mean().mean()
     replayed = tracekit.whatif(s, ["baseline"]).loc[0, "step_time_us"]
@@ -27,10 +27,10 @@ def test_the_baseline_is_the_measured_step_time(run, window):
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
-def test_each_critical_path_adds_up_to_its_step(run):
+def test_each_critical_path_adds_up_to_its_step(run, summaries):
     """The path of a step covers it from its start marker to the next on the rank that ends it: time the trace links
     to nothing earlier is there as ``unknown``, not left out."""
-    s = tracekit.summarize(run, window="all_steps", workers=1, cache=False)
+    s = summaries(run, window="all_steps", workers=1, cache=False)
     path, events = s.critical_path, s.critical_path_events
     if path.empty:
         return

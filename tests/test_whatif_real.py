@@ -25,8 +25,8 @@ MULTI_RANK = sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("run", MULTI_RANK, ids=lambda p: p.name)
-def test_baseline_reproduces_the_measured_step_time(run):
-    s = tracekit.summarize(run, cache=False, workers=1)
+def test_baseline_reproduces_the_measured_step_time(run, summaries):
+    s = summaries(run, cache=False, workers=1)
     measured = float(s.ranks["step_time_us"].mean())
     replayed = float(tracekit.whatif(s, ["baseline"]).loc[0, "step_time_us"])
     error = abs(replayed - measured) / measured
@@ -34,11 +34,12 @@ def test_baseline_reproduces_the_measured_step_time(run):
     assert error < 0.05
 
 
-def _prediction_errors(with_straggler, without) -> tuple[float, float, dict]:
+def _prediction_errors(with_straggler, without, summarize=tracekit.summarize) -> tuple[float, float, dict]:
     """(no_straggler predicted from ``with_straggler``: raw error, error with compute scaled, the per-rank compute
-    slowdown) against ``without``'s measured mean step time."""
-    a = tracekit.summarize(with_straggler, cache=False, workers=1)
-    b = tracekit.summarize(without, cache=False, workers=1)
+    slowdown) against ``without``'s measured mean step time. ``summarize``: the conftest's ``summaries`` for runs
+    that other tests read too."""
+    a = summarize(with_straggler, cache=False, workers=1)
+    b = summarize(without, cache=False, workers=1)
     measured = float(b.ranks["step_time_us"].mean())
     per_step_a, per_step_b = (s.ranks.set_index("rank")["compute_us"] / s.ranks.set_index("rank")["steps"]
                               for s in (a, b))
@@ -62,16 +63,16 @@ def _steady(slowdown: dict) -> bool:
     return all(1 / SAME_SPEED <= float(x) <= SAME_SPEED for x in slowdown.values())
 
 
-def test_sample_straggler_pair():
+def test_sample_straggler_pair(summaries):
     """sample_traces: the same GPT run with and without rank 1 sleeping 50 ms before every forward pass."""
     raw, scaled, slowdown = _prediction_errors(ROOT / "sample_traces/gpt-gloo-2rank-straggler",
-                                        ROOT / "sample_traces/gpt-gloo-2rank")
+                                               ROOT / "sample_traces/gpt-gloo-2rank", summaries)
     assert abs(raw) < 0.20 and abs(scaled) < 0.10
 
 
-def test_waits_found_on_a_real_gloo_trace():
+def test_waits_found_on_a_real_gloo_trace(summaries):
     """The training thread's wait for the all-reduce is not recorded: the node after the gap must wait for it."""
-    s = tracekit.summarize(ROOT / "sample_traces/gpt-gloo-2rank-straggler", cache=False, workers=1)
+    s = summaries(ROOT / "sample_traces/gpt-gloo-2rank-straggler", cache=False, workers=1)
     g = s.graph
     comm = g.index[(g["cat"] == "comm").to_numpy() & (g["group"] >= 0).to_numpy()]
     waited_on = set(g.loc[g["pe"] >= 0, "pe"])
@@ -90,6 +91,7 @@ def _run_gpt(out: Path, *extra: str) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # times two live runs against each other: alone, so no neighbouring test skews one of them
 def test_no_straggler_predicts_a_rerun_without_it(tmp_path):
     """The scaled error is always checked. The raw one is checked on a pair whose compute speed tracekit measures as
     steady (``SAME_SPEED``); a pair disturbed by other load on the machine is measured once more, and if that one is
