@@ -234,3 +234,11 @@ def test_the_report_has_the_ops_kernels_roofline_and_memory_sections(a100, cpu_o
     assert "Roofline, rank 0" in plain and "Memory over time" not in plain
     assert "profile_memory=True" in plain and "a CPU-only trace" in plain
     assert not math.isnan(a100.ranks["mfu_pct"].iloc[0])
+
+
+def test_memory_peaks_lists_the_window_steps_only(a100):
+    """Three steps, the default window drops the last: the Memory page's peaks are those of steps 1 and 2, as every
+    other number, while summary.memory keeps step 3 (out of the window) for those who want it."""
+    assert sorted(a100.memory["step"].tolist()) == [1, 2, 3]
+    assert a100.memory.set_index("step").loc[3, "in_window"] == False  # noqa: E712 (a numpy bool)
+    assert sorted(charts_ops.memory_peaks(a100, 0)["step"].tolist()) == [1, 2]

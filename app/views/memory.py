@@ -20,7 +20,7 @@ st.caption("Solid: allocated by tensors; dotted: reserved by the caching allocat
            "vertical dotted lines: step starts. Each point is the largest value in its time bin.")
 
 st.subheader("Peaks per step")
-st.caption("A step's peak is the largest Total Allocated in it, or the level it started at if higher; growth is end "
+st.caption("The window's steps (those every other number covers). A step's peak is the largest Total Allocated in it, or the level it started at if higher; growth is end "
            "minus start (unknown for a step with no event before it).")
 fmt.table(charts_ops.memory_peaks(s, rank), key="memory_peaks")
 

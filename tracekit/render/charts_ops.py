@@ -212,8 +212,11 @@ def memory_over_time(summary, rank: int) -> go.Figure:
 
 
 def memory_peaks(summary, rank: int) -> pd.DataFrame:
-    """Per device and step: peak allocated and reserved, start, end and growth (MB), the peak's share of the device."""
+    """Per device and window step (the steps every other number covers): peak allocated and reserved, start, end and
+    growth (MB), the peak's share of the device."""
     m = _rows(summary.memory, rank)
+    if "in_window" in m:
+        m = m[m["in_window"].astype(bool)]
     if m.empty:
         return _noted(["device", "step", "peak_allocated_MB"], memory_note(summary, rank))
     cols = ["peak_allocated_bytes", "peak_reserved_bytes", "start_allocated_bytes", "end_allocated_bytes", "growth_bytes"]
