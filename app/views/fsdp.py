@@ -53,7 +53,7 @@ shown = fmt.display_units(per_unit.drop(columns=["prefetched", "on_demand"]))
 fmt.table(shown, key="fsdp_units")
 
 st.subheader("Per rank")
-st.caption("Per step: the mean over the window's steps (`steps`) of the exposed all-gather, exposed reduction, the "
+st.caption("Per step: the mean over the window's steps (their count is the table's steps column) of the exposed all-gather, exposed reduction, the "
            "units' wait for their gathers and the step time; the % columns are shares of the step time.")
 totals = fmt.display_units(s.fsdp_totals())
 fmt.table(totals, key="fsdp_totals")
