@@ -8,6 +8,6 @@ Open first: ``classify.py`` (which events run on a device and what each does), t
 functions that reduce classified events to tables). ``causes.py`` explains idle gaps, ``collectives.py`` sizes
 collective calls, ``fsdp_hooks.py`` and ``fsdp.py`` read FSDP's annotations, ``hostops.py`` names the host ops the
 analysis keeps, ``config.py`` the validated options. What ran: ``kernels.py`` (per kernel name), ``ops.py`` with
-``optree.py``, ``flops.py`` and ``opcosts.py`` (per operator: times, FLOPs, bytes, roofline; ``grouping.py`` sums
-its per-call columns one at a time), ``memory.py`` (``[memory]`` events).
+``optree.py``, ``flops.py`` and ``opcosts.py`` (per operator: times, FLOPs, bytes, roofline; ``bounds.py`` the bound
+each is judged against and the rule that no rate exceeds it; ``grouping.py`` sums its per-call columns one at a time), ``memory.py`` (``[memory]`` events).
 """
