@@ -41,6 +41,16 @@ def test_begin_end_pairs_are_read_as_complete_events(tmp_path, general):
     assert meta.dropped_events == 2
 
 
+def test_a_streamed_begin_end_trace_is_read_whole_and_paired(tmp_path):
+    """Streamed a chunk at a time, a span may cross chunks: a chunk with B/E sends the trace to the whole read."""
+    from tracekit.read.reader import ReadOptions, read_tables
+
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": BE}))
+    tables = read_tables(tmp_path / "t.json", 0, options=ReadOptions(chunk_above_bytes=0, chunk_events=2))
+    spans = dict(zip(tables.events["name"], tables.events["dur_ns"]))
+    assert spans["aten::mm"] == 20_000 and tables.meta.dropped_events == 2
+
+
 def test_a_begin_end_trace_is_summarized(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps({"traceEvents": BE}))
     s = tracekit.summarize(tmp_path, cache=False)

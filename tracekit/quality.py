@@ -165,8 +165,9 @@ def _row_notes(row: dict) -> list[str]:
         out.append("CPU ops were recorded, but none had a usable duration (all dropped for no, negative or "
                    "impossible durations): the operators' FLOPs cannot be counted, so FLOPs and MFU are unknown")
     if (row.get("ops_beyond_bound") or 0) > 0:
-        out.append(f"{int(row['ops_beyond_bound'])} op rows ran faster than the bound they were judged against (data "
-                   "served from cache, or a math mode the trace does not show): their rate and roofline are unknown")
+        n = int(row["ops_beyond_bound"])
+        out.append(f"{n} op {'rows' if n > 1 else 'row'} (summary.ops_by_shape) ran faster than the bound judged "
+                   "against (data served from cache, or a math mode the trace does not show): rate and roofline unknown")
     if row.get("memory_events") == 0:
         out.append("no [memory] events (profile_memory was off): the memory tables are empty")
     if str(row.get("device_peaks") or "").startswith("unknown"):

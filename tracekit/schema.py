@@ -114,7 +114,7 @@ RANK_COLUMNS = {
     "comm_transfer_us": "wall-clock time in matched collectives after the last rank arrived (union)",
     "last_arrivals": "matched collectives this rank started strictly last; missing when none matched",
     "matmul_flops_per_step": "mean matmul_flops over the window's steps",
-    "mfu_pct": "MFU over the window: the steps' matmul_at_peak_us over their device_step_us, x 100",
+    "mfu_pct": "MFU over the window: the steps' matmul_at_peak_us over their device_step_us, x 100 (NaN as steps')",
 }
 
 STEP_COLUMNS = {
@@ -131,7 +131,7 @@ STEP_COLUMNS = {
     "matmul_flops": "FLOPs of the step's innermost matmul-class ops, from their shapes (tracekit.events.ops); NaN "
                     "when some are unknown or the rank recorded no CPU op (annotations only)",
     "matmul_at_peak_us": "the time those FLOPs take at the device's dense peak for each op's dtype",
-    "mfu_pct": "model FLOPs utilisation: matmul_at_peak_us / device_step_us x 100 (NaN: unknown device or FLOPs)",
+    "mfu_pct": "matmul_at_peak_us / device_step_us x 100; NaN: unknown device or FLOPs, no compute, or above 100",
 }
 
 COLLECTIVE_COLUMNS = {

@@ -10,6 +10,6 @@ splits each idle gap by it, ``collectives.py`` sizes collective calls (``p2p.py`
 ``pgctx.py`` finds a gloo call's group from what enqueued it), ``fsdp_hooks.py`` and ``fsdp.py`` read FSDP's
 annotations, ``hostops.py`` names the host ops the analysis keeps, ``config.py`` the validated options. What ran:
 ``kernels.py`` (per kernel name), ``ops.py`` with ``optree.py``, ``flops.py`` and ``opcosts.py`` (per operator:
-times, FLOPs, bytes, roofline; ``grouping.py`` sums its per-call columns one at a time), ``memory.py``
-(``[memory]`` events).
+times, FLOPs, bytes, roofline; ``bounds.py`` the bound each is judged against and the rule that no rate exceeds
+it; ``grouping.py`` sums its per-call columns one at a time), ``memory.py`` (``[memory]`` events).
 """

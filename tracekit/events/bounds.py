@@ -43,11 +43,11 @@ def launch_flags(names: pd.Series, row: np.ndarray, n_ops: int) -> tuple[np.ndar
     return out[0], out[1]
 
 
-def math_keys(dtypes: np.ndarray, tf32: np.ndarray) -> np.ndarray:
-    """Per call, the peak's key: the dtype's (``devices.dtype_key``), ``tf32`` for fp32 calls that ran TF32 kernels."""
-    codes, uniques = pd.factorize(pd.Series(dtypes, dtype=object), use_na_sentinel=False)
-    keys = np.array([devices.dtype_key(u) for u in uniques] + [None], dtype=object)[codes]
-    return np.where((keys == "fp32") & (tf32 > 0), "tf32", keys).astype(object)
+def math_keys(dtypes, inverse: np.ndarray, tf32: np.ndarray) -> np.ndarray:
+    """Per call, the peak's key: its dtype's (``devices.dtype_key``; ``dtypes`` per distinct call, ``inverse`` each
+    call's), ``tf32`` for fp32 calls that ran TF32 kernels."""
+    keys = np.array([devices.dtype_key(d) for d in dtypes] + [None], dtype=object)[inverse]
+    return np.where((keys == "fp32") & tf32, "tf32", keys).astype(object)
 
 
 def rooflines(out: pd.DataFrame, peaks: devices.DevicePeaks | None, measured_us: np.ndarray) -> pd.DataFrame:

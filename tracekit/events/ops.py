@@ -130,7 +130,7 @@ def _per_call(ops: pd.DataFrame, events: pd.DataFrame, in_window: np.ndarray,
     tf32, host_copy = ((subtree_sums(f, parent, depth) > 0 for f in bounds.launch_flags(
         launched[0]["name"], launched[1], len(ops))) if launched is not None else (np.zeros(len(ops), bool),) * 2)
     cost, inverse = op_costs(ops, peaks)
-    math = bounds.math_keys(cost["dtype"][inverse], tf32)
+    math = bounds.math_keys(cost["dtype"], inverse, tf32)
     flops = cost["flops"][inverse]
     yield "flops", flops
     matmul_name = ops["name"].isin(MATMUL_CLASS).to_numpy()

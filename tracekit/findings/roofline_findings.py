@@ -37,7 +37,7 @@ def find(optimization: pd.DataFrame) -> tuple[Finding, ...]:
         return ()
     shown = top[top["saving_pct"] >= SAVING_SHARE[0] * 100]
     parts = [f"{r.name} at {r.pct_of_roofline:.0f}% of its roofline ({r.measured_us / 1e3:,.1f} ms measured, "
-             f"{r.roofline_us / 1e3:,.1f} ms at the roofs; {r.critical_path_us / 1e3:,.1f} ms/step on the critical "
+             f"{r.roofline_us / 1e3:,.1f} ms at {'the host link' if getattr(r, 'host_copy', False) else 'the roofs'}; {r.critical_path_us / 1e3:,.1f} ms/step on the critical "
              f"path) would save {r.predicted_saving_us / 1e3:,.1f} ms/step (-{r.saving_pct:.0f}%)"
              for r in shown.itertuples(index=False)]
     ranks = tuple(sorted({int(x) for r in shown["ranks"] for x in r}))
