@@ -290,7 +290,7 @@ GRAPH_COLUMNS = {
     "busy_ns": "CPU-only ranks: the part of the gap before the node, after its lane predecessor, that an enclosing "
                "compute op covers (that op's own time); 0 elsewhere",
     "group": "dense id of the matched collective: its transfer starts when every member has started; -1 none",
-    "p2p": "row of the call among its rank's P2P calls (-1: not one)", "pair_src": "a recv: its send's node (-1)",
+    "p2p": "row of the call among its rank's P2P calls (-1: not one)", "pair_src": "send/recv: the other's node (-1)",
 }
 # tracekit.whatif: one row per scenario.
 WHATIF_COLUMNS = {

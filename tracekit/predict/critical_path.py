@@ -57,7 +57,7 @@ def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray,
         last_of = frame.groupby("g")["i"].last()
         last[member] = last_of.reindex(group[member]).to_numpy()
     t_last = np.where(last >= 0, start[np.maximum(last, 0)], -np.inf)
-    t_src = np.where(model.src >= 0, start[np.maximum(model.src, 0)], -np.inf)  # a recv bound by its send's start
+    t_src = np.where(model.src >= 0, start[np.maximum(model.src, 0)], -np.inf)  # bound by its pair's other half
     last = np.where(t_src > t_last, model.src, last)
     t_last = np.maximum(t_last, t_src)
     t_dr = np.where(model.dr >= 0, end[np.maximum(model.dr, 0)], -np.inf)

@@ -5,7 +5,7 @@ arrival). Their edges are the replay's rules (``tracekit.predict.replay``):
 
     E[i-1] -> S[i] (same lane), S[ps[i]] -> S[i], E[pe[i]] -> S[i];  S[i] = max(inputs, anchor[i]) + delay[i]
     S[i] -> E[i], G[group[i]] -> E[i], E[dr[i]] -> E[i],
-    S[src[i]] -> E[i] (a recv after its send started);             E[i] = max(inputs) + tail[i]
+    S[src[i]] -> E[i] (a send/recv after its other half started);             E[i] = max(inputs) + tail[i]
     S[m] -> G[group[m]] for every member m;                          G[g] = max(inputs)
 
 Kahn's algorithm visits each time once, after all its inputs, so the pass is linear in nodes plus edges; a time

@@ -5,7 +5,9 @@ Every node ``i`` of the graph (``tracekit.rank.graph``) starts and ends by these
     start[i] = max(end[i-1], start[ps[i]], end[pe[i]], anchor[i]) + delay[i]
     end[i]   = max(start[i], latest start among the ranks of its collective, end[dr[i]], start[src[i]]) + tail[i]
 
-(``src``: a recv's send, from the graph's ``pair_src``: the data cannot arrive before it was sent.)
+(``src``: the other half of a send/recv pair, from the graph's ``pair_src``: the data cannot arrive before it was
+sent, nor a send complete before its receiver posted. Its waiting is so never part of ``tail``: no scenario that
+shortens communication hides it.)
 
 ``delay`` is what the trace measured between the moment a node could start and the moment it did: host work that
 no event records (Python between ops, a ``time.sleep``), launch latency. ``tail`` is its own time: the duration,
@@ -46,7 +48,7 @@ class Model:
     pe: np.ndarray
     dr: np.ndarray
     group: np.ndarray         # collective match id (dense, from 0), -1 when not a matched collective
-    src: np.ndarray           # a recv's send node, -1 none
+    src: np.ndarray           # the other half of a send/recv pair, -1 none
     n_groups: int
     anchor: np.ndarray        # -inf unless pinned
     delay: np.ndarray

@@ -1,8 +1,9 @@
 """The run's dependency graph: every rank's node table (``tracekit.rank.graph.rank_graph``) joined into one, with the
-edges between ranks: a collective's transfer starts when the last member rank has arrived (``group``), and a recv
-ends no earlier than its send started (``pair_src``: the data cannot arrive before it was sent). A send does not wait
-for its recv here: with both ranks posting a send before a recv on one lane (an interleaved schedule's batched
-P2P), that wait would close a cycle."""
+edges between ranks: a collective's transfer starts when the last member rank has arrived (``group``), and of a
+send/recv pair each half ends no earlier than the other started (``pair_src``: the data cannot arrive before it was
+sent, nor a send complete before its receiver posted), where the measured times agree (an edge forward in time).
+Not a collective's group: the two halves' transfers do not start together, and on an interleaved schedule's lane
+(a send posted before a recv on each rank) that would close a cycle."""
 
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
 
 
 def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
-    """Per node: for a recv of a matched pair, its send's node (-1 otherwise, and where the send started after the
-    recv ended on the corrected clock: an edge back in time)."""
+    """Per node of a matched pair's half: the other half's node, whose start its end waits for (-1 otherwise, and
+    where that start is not before this end on the corrected clock: an edge back in time, or a tie)."""
     src = np.full(len(nodes), -1, dtype=np.int64)
     call = nodes["p2p"].to_numpy()
     if p2p is None or p2p.empty or not (call >= 0).any():
@@ -69,8 +70,10 @@ def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
     s_node, r_node = node_of[np.minimum(s[ok], len(node_of) - 1)], node_of[np.minimum(r[ok], len(node_of) - 1)]
     both = (s_node >= 0) & (r_node >= 0)
     s_node, r_node = s_node[both], r_node[both]
-    forward = nodes["start_ns"].to_numpy()[s_node] <= nodes["end_ns"].to_numpy()[r_node]
-    src[r_node[forward]] = s_node[forward]
+    start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
+    for mine, other in ((r_node, s_node), (s_node, r_node)):
+        forward = start[other] < end[mine]
+        src[mine[forward]] = other[forward]
     return src
 
 
