@@ -121,6 +121,19 @@ def test_nested_calls_the_innermost_wins(tmp_path):
     assert split(s) == [{"sync": 200, "data": 600, "host": 2, "host_unrecorded": 98}]
 
 
+def test_innermost_is_read_from_the_calls_as_recorded_not_cut_to_the_gaps(tmp_path):
+    # An all-reduce's first call allocates NCCL's buffers: c10d::allreduce_ [50, 1500) holds cudaMalloc [60, 1400).
+    # The only gap, [100, 1000), lies inside both (its next kernel has no launch link: read on the launching thread
+    # 1). The innermost call is cudaMalloc: alloc 900. (Cut to the gaps' reach [100, 1000) the two calls are equal
+    # spans, and the outer one, listed after, was taken for the inner: comm_wait 900.)
+    events = [step(1, 0, 1600), step(2, 1600, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu("c10d::allreduce_", 50, 1450), cpu("cudaMalloc", 60, 1340, cat="cuda_runtime"),
+              kernel("gemm", 1000, 50)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"alloc": 900}]
+
+
 def test_the_thread_that_launches_next_is_the_one_read(tmp_path):
     # Gap [100, 600). Thread 2 launches the next kernel at 590; thread 1 sits in cudaDeviceSynchronize [100, 600)
     # meanwhile, thread 2 in aten::mm [100, 400). Thread 2's story: host 300 + 2, unrecorded 198.

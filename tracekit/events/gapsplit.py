@@ -68,13 +68,15 @@ def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans:
     start, end = np.clip(spans["start_ns"].to_numpy(), lo, hi), np.clip(spans["end_ns"].to_numpy(), lo, hi)
     keep = end > start
     spans, start, end = spans[keep], start[keep], end[keep]
+    # Nesting from the spans as recorded: cut to [lo, hi), a call and the one it holds can become equal spans.
+    depth = _depths(spans)
     # Every thread on one axis: thread k's time t sits at k * period + (t - lo), so one interval set holds them all.
     codes, names = pd.factorize(pd.Index(np.concatenate([thread, spans["thread"].to_numpy()]).astype(str)))
     period = hi - lo + 1
     gap_at = codes[:len(gs)].astype(np.int64) * period - lo
     span_at = codes[len(gs):].astype(np.int64) * period - lo
     start, end, code = start + span_at, end + span_at, spans["code"].to_numpy()
-    won = _innermost(span_at, start, end, code)
+    won = _innermost(start, end, code, depth)
     claimed = iv.merge(np.concatenate([s for s, _ in won]), np.concatenate([e for _, e in won]))
     work = iv.subtract(iv.merge(start[code == _GENERIC], end[code == _GENERIC]), claimed)
     a0, a1 = gs + gap_at, ge + gap_at
@@ -85,11 +87,21 @@ def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans:
     return out
 
 
-def _innermost(thread_at: np.ndarray, start: np.ndarray, end: np.ndarray, code: np.ndarray) -> list[iv.Intervals]:
-    """Per cause of ``SPECIFIC``, the time where it is the innermost open span of its code (disjoint sets)."""
+def _depths(spans: pd.DataFrame) -> np.ndarray:
+    """Per span, how many spans of ``SPECIFIC`` causes on its thread hold it (-1 for plain host work)."""
+    mine = (spans["code"] < _GENERIC).to_numpy()
+    depth = np.full(len(spans), -1, dtype=np.int64)
+    if mine.any():
+        tid = pd.factorize(spans["thread"].to_numpy()[mine])[0]
+        depth[mine] = op_tree(tid, spans["start_ns"].to_numpy()[mine], spans["end_ns"].to_numpy()[mine])[1]
+    return depth
+
+
+def _innermost(start: np.ndarray, end: np.ndarray, code: np.ndarray, depth: np.ndarray) -> list[iv.Intervals]:
+    """Per cause of ``SPECIFIC``, the time where it is the innermost open span of its code (disjoint sets); ``depth``:
+    ``_depths``."""
     mine = code < _GENERIC
-    s, e, c = start[mine], end[mine], code[mine]
-    depth = op_tree(thread_at[mine], s, e)[1] if len(s) else np.empty(0, dtype=np.int64)
+    s, e, c, depth = start[mine], end[mine], code[mine], depth[mine]
     won = [[] for _ in SPECIFIC]
     claimed = iv.merge([], [])
     for d in range(int(depth.max(initial=0)), -1, -1):  # deepest first: what it holds is no longer its parent's
