@@ -134,6 +134,21 @@ def test_innermost_is_read_from_the_calls_as_recorded_not_cut_to_the_gaps(tmp_pa
     assert split(s) == [{"alloc": 900}]
 
 
+def test_a_launch_call_still_running_when_the_gap_begins_is_host_time(tmp_path):
+    # Gap [100, 160): the next kernel's cudaLaunchKernel runs [90, 150): it began before the gap but the host was
+    # still launching for 50 us of it (host), then 10 us unrecorded. Gap [200, 335): a cudaGraphLaunch [190, 400)
+    # issues k1 [335, 350) and k2 [360, 370): host 135, a graph launch's wait. Gap [350, 360): that call had already
+    # started k1 on the device before it: the wait is the device's (other), though the call still runs.
+    graph = cpu("cudaGraphLaunch", 190, 210, cat="cuda_runtime", correlation=3)
+    events = [step(1, 0, 1000), step(2, 1000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              launch(90, 2, dur=60), kernel("gemm", 160, 40, correlation=2),
+              graph, kernel("k1", 335, 15, correlation=3), kernel("k2", 360, 10, correlation=3)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"host": 50, "host_unrecorded": 10}, {"host": 135}, {"other": 10}]
+    assert s.gaps["host_kind"].tolist() == ["kernel launch", "graph launch", ""]
+
+
 def test_the_thread_that_launches_next_is_the_one_read(tmp_path):
     # Gap [100, 600). Thread 2 launches the next kernel at 590; thread 1 sits in cudaDeviceSynchronize [100, 600)
     # meanwhile, thread 2 in aten::mm [100, 400). Thread 2's story: host 300 + 2, unrecorded 198.

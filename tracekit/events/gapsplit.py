@@ -16,8 +16,9 @@ the copy inside ``.item()`` is the sync). Where none is open the time is ``host`
 there, else ``host_unrecorded`` (Python between ops, or what the profiler did not record): never a neighbour's.
 
 Which thread: on a GPU rank, the one whose runtime call launched the device event that ends the gap (where that
-link is unknown, the rank's main launching thread). A gap whose next work was launched before the gap began did not
-wait on the host: it is ``other`` whole (a cross-stream dependency, a wait on an event), as is a gap on a rank where
+link is unknown, the rank's main launching thread). A gap whose next work was launched before the gap began (its
+launch call had returned, or a graph launch had already started some of its kernels) did not wait on the host: it is
+``other`` whole (a cross-stream dependency, a wait on an event), as is a gap on a rank where
 no host thread is known (no launch links, no host work recorded). On a CPU-only rank the
 training thread is the device and its own launcher: a gap is time it runs no operator, split by the annotations and
 Python functions open on it (nothing open: ``host_unrecorded``).
@@ -177,9 +178,17 @@ def _gap_threads(gs, ge, dev, events, ops, on_gpu) -> tuple[np.ndarray, np.ndarr
         return np.full(len(gs), main, dtype=object), np.zeros(len(gs), dtype=bool)
     order = np.argsort(dev["start_ns"].to_numpy(), kind="stable")
     nxt = order[np.minimum(np.searchsorted(dev["start_ns"].to_numpy()[order], ge, side="left"), len(order) - 1)]
-    launch_ns, launch_row = dev["launch_ns"].to_numpy()[nxt], dev["launch_row"].to_numpy()[nxt]
-    thread = np.where(launch_row >= 0, _tid_text(events["tid"], np.maximum(launch_row, 0)), main)
-    return thread.astype(object), (launch_row >= 0) & (launch_ns <= gs)
+    launch_row = dev["launch_row"].to_numpy()[nxt]
+    linked = launch_row >= 0
+    thread = np.where(linked, _tid_text(events["tid"], np.maximum(launch_row, 0)), main)
+    # Launched before the gap: its launch call had returned when the gap began, or the call (a graph launch) had
+    # already started some of its work on the device before it. A call still running at the gap's start is the
+    # host's launch: its time in the gap is the launching thread's.
+    call_end = dev["launch_ns"].to_numpy()[nxt] + np.maximum(events["dur_ns"].to_numpy()[np.maximum(launch_row, 0)], 0)
+    rows = dev["launch_row"].to_numpy()
+    first_start = pd.Series(dev["start_ns"].to_numpy()[rows >= 0]).groupby(rows[rows >= 0]).min()
+    delivering = first_start.reindex(launch_row).to_numpy() < gs
+    return thread.astype(object), linked & ((call_end <= gs) | delivering)
 
 
 def _main_thread(dev: pd.DataFrame, events: pd.DataFrame, ops: pd.DataFrame | None, on_gpu: bool) -> str:
