@@ -149,6 +149,19 @@ def test_a_launch_call_still_running_when_the_gap_begins_is_host_time(tmp_path):
     assert s.gaps["host_kind"].tolist() == ["kernel launch", "graph launch", ""]
 
 
+@pytest.mark.parametrize("late_first", [True, False])
+def test_work_that_starts_together_is_read_the_same_in_either_order(tmp_path, late_first):
+    # Gap [100, 600) ends with two kernels at 600: "a" on stream 8, launched at 50 (before the gap), and "b" on
+    # stream 7, launched at 550 (in it). The device waited for the later launch: aten::mm [100, 500) host 400, the
+    # launch [550, 552) 2, unrecorded 98, whichever of the two the trace lists first.
+    pair = [kernel("b", 600, 100, correlation=3), kernel("a", 600, 100, stream=8, correlation=2)]
+    events = [step(1, 0, 1000), step(2, 1000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              launch(50, 2), cpu("aten::mm", 100, 400), launch(550, 3), *(pair if late_first else pair[::-1])]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"host": 402, "host_unrecorded": 98}]
+
+
 def test_the_thread_that_launches_next_is_the_one_read(tmp_path):
     # Gap [100, 600). Thread 2 launches the next kernel at 590; thread 1 sits in cudaDeviceSynchronize [100, 600)
     # meanwhile, thread 2 in aten::mm [100, 400). Thread 2's story: host 300 + 2, unrecorded 198.

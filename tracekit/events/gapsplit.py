@@ -176,8 +176,7 @@ def _gap_threads(gs, ge, dev, events, ops, on_gpu) -> tuple[np.ndarray, np.ndarr
     main = _main_thread(dev, events, ops, on_gpu)
     if not on_gpu:
         return np.full(len(gs), main, dtype=object), np.zeros(len(gs), dtype=bool)
-    order = np.argsort(dev["start_ns"].to_numpy(), kind="stable")
-    nxt = order[np.minimum(np.searchsorted(dev["start_ns"].to_numpy()[order], ge, side="left"), len(order) - 1)]
+    nxt = causes.next_work(dev, ge)
     launch_row = dev["launch_row"].to_numpy()[nxt]
     linked = launch_row >= 0
     thread = np.where(linked, _tid_text(events["tid"], np.maximum(launch_row, 0)), main)
