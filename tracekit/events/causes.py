@@ -87,8 +87,9 @@ def idle_by_cause(gaps: pd.DataFrame) -> dict[str, float]:
 
 
 def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.DataFrame | None) -> dict:
-    """Facts the findings need: sync calls (allocation calls are not counted: ``alloc``) and graph launches inside the window's steps (``None``: the whole trace),
-    DataParallel, DistributedDataParallel, the GPU runtime (``cuda``/``hip``), reduced-precision compute time."""
+    """Facts the findings need: sync calls (allocation calls are not counted: ``alloc``) and graph launches inside
+    the window's steps (``None``: the whole trace), DataParallel, DistributedDataParallel, the GPU runtime
+    (``cuda``/``hip``), reduced-precision compute time."""
     names = events["name"].cat.categories
     sync_names = names[[SYNC_CALL.search(n) is not None and ALLOC_CALL.search(n) is None for n in names]]
     sync = events[events["name"].isin(sync_names)]
