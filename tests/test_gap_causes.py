@@ -121,6 +121,47 @@ def test_nested_calls_the_innermost_wins(tmp_path):
     assert split(s) == [{"sync": 200, "data": 600, "host": 2, "host_unrecorded": 98}]
 
 
+def test_innermost_is_read_from_the_calls_as_recorded_not_cut_to_the_gaps(tmp_path):
+    # An all-reduce's first call allocates NCCL's buffers: c10d::allreduce_ [50, 1500) holds cudaMalloc [60, 1400).
+    # The only gap, [100, 1000), lies inside both (its next kernel has no launch link: read on the launching thread
+    # 1). The innermost call is cudaMalloc: alloc 900. (Cut to the gaps' reach [100, 1000) the two calls are equal
+    # spans, and the outer one, listed after, was taken for the inner: comm_wait 900.)
+    events = [step(1, 0, 1600), step(2, 1600, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              cpu("c10d::allreduce_", 50, 1450), cpu("cudaMalloc", 60, 1340, cat="cuda_runtime"),
+              kernel("gemm", 1000, 50)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"alloc": 900}]
+
+
+def test_a_launch_call_still_running_when_the_gap_begins_is_host_time(tmp_path):
+    # Gap [100, 160): the next kernel's cudaLaunchKernel runs [90, 150): it began before the gap but the host was
+    # still launching for 50 us of it (host), then 10 us unrecorded. Gap [200, 335): a cudaGraphLaunch [190, 400)
+    # issues k1 [335, 350) and k2 [360, 370): host 135, a graph launch's wait. Gap [350, 360): that call had already
+    # started k1 on the device before it: the wait is the device's (other), though the call still runs.
+    graph = cpu("cudaGraphLaunch", 190, 210, cat="cuda_runtime", correlation=3)
+    events = [step(1, 0, 1000), step(2, 1000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              launch(90, 2, dur=60), kernel("gemm", 160, 40, correlation=2),
+              graph, kernel("k1", 335, 15, correlation=3), kernel("k2", 360, 10, correlation=3)]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"host": 50, "host_unrecorded": 10}, {"host": 135}, {"other": 10}]
+    assert s.gaps["host_kind"].tolist() == ["kernel launch", "graph launch", ""]
+
+
+@pytest.mark.parametrize("late_first", [True, False])
+def test_work_that_starts_together_is_read_the_same_in_either_order(tmp_path, late_first):
+    # Gap [100, 600) ends with two kernels at 600: "a" on stream 8, launched at 50 (before the gap), and "b" on
+    # stream 7, launched at 550 (in it). The device waited for the later launch: aten::mm [100, 500) host 400, the
+    # launch [550, 552) 2, unrecorded 98, whichever of the two the trace lists first.
+    pair = [kernel("b", 600, 100, correlation=3), kernel("a", 600, 100, stream=8, correlation=2)]
+    events = [step(1, 0, 1000), step(2, 1000, 100),
+              launch(1, 1), kernel("gemm", 10, 90, correlation=1),
+              launch(50, 2), cpu("aten::mm", 100, 400), launch(550, 3), *(pair if late_first else pair[::-1])]
+    s = summarize(tmp_path, events)
+    assert split(s) == [{"host": 402, "host_unrecorded": 98}]
+
+
 def test_the_thread_that_launches_next_is_the_one_read(tmp_path):
     # Gap [100, 600). Thread 2 launches the next kernel at 590; thread 1 sits in cudaDeviceSynchronize [100, 600)
     # meanwhile, thread 2 in aten::mm [100, 400). Thread 2's story: host 300 + 2, unrecorded 198.
@@ -224,14 +265,20 @@ def test_a_call_that_waits_more_than_half_gets_both_in_proportion():
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
 
 
-@pytest.mark.parametrize("run", ["alexnet_1gpu", "amd_mi250", "nccl_a100_2rank", "ns_resolution_1rank",
-                                 "cpu_only_gloo"])
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
+@pytest.mark.parametrize("run", [SHARED / "alexnet_1gpu", SHARED / "amd_mi250", SHARED / "nccl_a100_2rank",
+                                 SHARED / "ns_resolution_1rank", SHARED / "sampled_128rank", SHARED / "cpu_only_gloo",
+                                 SAMPLES / "gpt-gloo-2rank-straggler", SAMPLES / "fsdp-gloo-2rank"],
+                         ids=lambda p: p.name)
 def test_every_gaps_split_adds_up_to_it_and_the_ranks_sums(run):
-    # On real traces: no part negative, each gap's parts add up to its length, its cause is its largest part, and
-    # the rank's idle_<cause>_us are the sums of its gaps' parts (idle_us in all).
-    if not (SHARED / run).is_dir():
-        pytest.skip(f"{SHARED / run} not here")
-    s = tracekit.summarize(SHARED / run, cache=False)
+    # On real traces (GPU: A100, MI250, 128 sampled ranks; CPU-only gloo ranks, the samples with thousands of gaps):
+    # no part negative, each gap's parts add up to its length, its cause is its largest part, and the rank's
+    # idle_<cause>_us are the sums of its gaps' parts (idle_us in all).
+    if not run.is_dir():
+        pytest.skip(f"{run} not here")
+    s = tracekit.summarize(run, cache=False)
     cols = [f"idle_{c}_us" for c in CAUSES]
     parts = s.gaps[cols]
     assert (parts.to_numpy() >= 0).all()

@@ -63,11 +63,19 @@ def host_kinds(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame) -> n
     graph = runtime_calls(events, GRAPH_LAUNCH)
     graph_ts = np.unique(events["ts_ns"].to_numpy()[graph])
     ge = gaps["start_ns"].to_numpy() + np.rint(gaps["dur_us"].to_numpy() * 1e3).astype(np.int64)
-    order = np.argsort(dev["start_ns"].to_numpy(), kind="stable")
-    nxt = order[np.minimum(np.searchsorted(dev["start_ns"].to_numpy()[order], ge, side="left"), len(order) - 1)]
+    nxt = next_work(dev, ge)
     by_graph = np.isin(dev["launch_ns"].to_numpy()[nxt], graph_ts)
     host = gaps["idle_host_us"].to_numpy() > 0
     return np.where(host, np.where(by_graph, "graph launch", "kernel launch"), "").astype(object)
+
+
+def next_work(dev: pd.DataFrame, ends_ns: np.ndarray) -> np.ndarray:
+    """Per gap end, the row of ``dev`` (start_ns, launch_ns) of the work that ends the gap: the first to start at or
+    after it; of several that start together, the last launched (where one was launched during the gap, the device
+    waited for it), so that the answer does not hang on the order of the trace's events."""
+    start, launch = dev["start_ns"].to_numpy(), dev["launch_ns"].to_numpy()
+    order = np.lexsort((np.arange(len(start)), -launch, start))
+    return order[np.minimum(np.searchsorted(start[order], ends_ns, side="left"), len(order) - 1)]
 
 
 def idle_by_cause(gaps: pd.DataFrame) -> dict[str, float]:
@@ -79,8 +87,9 @@ def idle_by_cause(gaps: pd.DataFrame) -> dict[str, float]:
 
 
 def host_facts(events: pd.DataFrame, dev: pd.DataFrame, steps_in_window: pd.DataFrame | None) -> dict:
-    """Facts the findings need: sync calls (allocation calls are not counted: ``alloc``) and graph launches inside the window's steps (``None``: the whole trace),
-    DataParallel, DistributedDataParallel, the GPU runtime (``cuda``/``hip``), reduced-precision compute time."""
+    """Facts the findings need: sync calls (allocation calls are not counted: ``alloc``) and graph launches inside
+    the window's steps (``None``: the whole trace), DataParallel, DistributedDataParallel, the GPU runtime
+    (``cuda``/``hip``), reduced-precision compute time."""
     names = events["name"].cat.categories
     sync_names = names[[SYNC_CALL.search(n) is not None and ALLOC_CALL.search(n) is None for n in names]]
     sync = events[events["name"].isin(sync_names)]

@@ -16,8 +16,9 @@ the copy inside ``.item()`` is the sync). Where none is open the time is ``host`
 there, else ``host_unrecorded`` (Python between ops, or what the profiler did not record): never a neighbour's.
 
 Which thread: on a GPU rank, the one whose runtime call launched the device event that ends the gap (where that
-link is unknown, the rank's main launching thread). A gap whose next work was launched before the gap began did not
-wait on the host: it is ``other`` whole (a cross-stream dependency, a wait on an event), as is a gap on a rank where
+link is unknown, the rank's main launching thread). A gap whose next work was launched before the gap began (its
+launch call had returned, or a graph launch had already started some of its kernels) did not wait on the host: it is
+``other`` whole (a cross-stream dependency, a wait on an event), as is a gap on a rank where
 no host thread is known (no launch links, no host work recorded). On a CPU-only rank the
 training thread is the device and its own launcher: a gap is time it runs no operator, split by the annotations and
 Python functions open on it (nothing open: ``host_unrecorded``).
@@ -68,13 +69,15 @@ def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans:
     start, end = np.clip(spans["start_ns"].to_numpy(), lo, hi), np.clip(spans["end_ns"].to_numpy(), lo, hi)
     keep = end > start
     spans, start, end = spans[keep], start[keep], end[keep]
+    # Nesting from the spans as recorded: cut to [lo, hi), a call and the one it holds can become equal spans.
+    depth = _depths(spans)
     # Every thread on one axis: thread k's time t sits at k * period + (t - lo), so one interval set holds them all.
     codes, names = pd.factorize(pd.Index(np.concatenate([thread, spans["thread"].to_numpy()]).astype(str)))
     period = hi - lo + 1
     gap_at = codes[:len(gs)].astype(np.int64) * period - lo
     span_at = codes[len(gs):].astype(np.int64) * period - lo
     start, end, code = start + span_at, end + span_at, spans["code"].to_numpy()
-    won = _innermost(span_at, start, end, code)
+    won = _innermost(start, end, code, depth)
     claimed = iv.merge(np.concatenate([s for s, _ in won]), np.concatenate([e for _, e in won]))
     work = iv.subtract(iv.merge(start[code == _GENERIC], end[code == _GENERIC]), claimed)
     a0, a1 = gs + gap_at, ge + gap_at
@@ -85,11 +88,21 @@ def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans:
     return out
 
 
-def _innermost(thread_at: np.ndarray, start: np.ndarray, end: np.ndarray, code: np.ndarray) -> list[iv.Intervals]:
-    """Per cause of ``SPECIFIC``, the time where it is the innermost open span of its code (disjoint sets)."""
+def _depths(spans: pd.DataFrame) -> np.ndarray:
+    """Per span, how many spans of ``SPECIFIC`` causes on its thread hold it (-1 for plain host work)."""
+    mine = (spans["code"] < _GENERIC).to_numpy()
+    depth = np.full(len(spans), -1, dtype=np.int64)
+    if mine.any():
+        tid = pd.factorize(spans["thread"].to_numpy()[mine])[0]
+        depth[mine] = op_tree(tid, spans["start_ns"].to_numpy()[mine], spans["end_ns"].to_numpy()[mine])[1]
+    return depth
+
+
+def _innermost(start: np.ndarray, end: np.ndarray, code: np.ndarray, depth: np.ndarray) -> list[iv.Intervals]:
+    """Per cause of ``SPECIFIC``, the time where it is the innermost open span of its code (disjoint sets); ``depth``:
+    ``_depths``."""
     mine = code < _GENERIC
-    s, e, c = start[mine], end[mine], code[mine]
-    depth = op_tree(thread_at[mine], s, e)[1] if len(s) else np.empty(0, dtype=np.int64)
+    s, e, c, depth = start[mine], end[mine], code[mine], depth[mine]
     won = [[] for _ in SPECIFIC]
     claimed = iv.merge([], [])
     for d in range(int(depth.max(initial=0)), -1, -1):  # deepest first: what it holds is no longer its parent's
@@ -163,11 +176,18 @@ def _gap_threads(gs, ge, dev, events, ops, on_gpu) -> tuple[np.ndarray, np.ndarr
     main = _main_thread(dev, events, ops, on_gpu)
     if not on_gpu:
         return np.full(len(gs), main, dtype=object), np.zeros(len(gs), dtype=bool)
-    order = np.argsort(dev["start_ns"].to_numpy(), kind="stable")
-    nxt = order[np.minimum(np.searchsorted(dev["start_ns"].to_numpy()[order], ge, side="left"), len(order) - 1)]
-    launch_ns, launch_row = dev["launch_ns"].to_numpy()[nxt], dev["launch_row"].to_numpy()[nxt]
-    thread = np.where(launch_row >= 0, _tid_text(events["tid"], np.maximum(launch_row, 0)), main)
-    return thread.astype(object), (launch_row >= 0) & (launch_ns <= gs)
+    nxt = causes.next_work(dev, ge)
+    launch_row = dev["launch_row"].to_numpy()[nxt]
+    linked = launch_row >= 0
+    thread = np.where(linked, _tid_text(events["tid"], np.maximum(launch_row, 0)), main)
+    # Launched before the gap: its launch call had returned when the gap began, or the call (a graph launch) had
+    # already started some of its work on the device before it. A call still running at the gap's start is the
+    # host's launch: its time in the gap is the launching thread's.
+    call_end = dev["launch_ns"].to_numpy()[nxt] + np.maximum(events["dur_ns"].to_numpy()[np.maximum(launch_row, 0)], 0)
+    rows = dev["launch_row"].to_numpy()
+    first_start = pd.Series(dev["start_ns"].to_numpy()[rows >= 0]).groupby(rows[rows >= 0]).min()
+    delivering = first_start.reindex(launch_row).to_numpy() < gs
+    return thread.astype(object), linked & ((call_end <= gs) | delivering)
 
 
 def _main_thread(dev: pd.DataFrame, events: pd.DataFrame, ops: pd.DataFrame | None, on_gpu: bool) -> str:

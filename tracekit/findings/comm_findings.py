@@ -22,6 +22,7 @@ STRAGGLER_WAIT_SHARE = (0.05, 0.20)   # of the median step time
 BUSBW_SHARE = 0.25                    # of the link's bandwidth
 LARGE_MESSAGE_BYTES = 16e6            # smaller all-reduces are latency-bound, not bandwidth-bound
 DOMINANT_OP_SHARE = 0.20              # of communication time: an op this large gets its own advice
+WAIT_SHARE = 0.5                      # of the communication time: waiting, not transfer, is what to fix
 
 # Per-GPU one-way GPU-to-GPU link bandwidth (GB/s) by device name (NVLink on NVIDIA, Infinity Fabric on AMD):
 # what nccl-tests' busbw is compared with on one node.
@@ -112,9 +113,6 @@ def exposed_comm(ranks, collectives, stragglers, run):
     fallback = [] if mostly_waiting else ["Overlap communication with compute and prefer fewer, larger collectives."]
     return [Finding("exposed_comm", level, tuple(int(r) for r in hit), message, " ".join(advice or fallback),
                     evidence)]
-
-
-WAIT_SHARE = 0.5                      # of the communication time: waiting, not transfer, is what to fix
 
 
 def _wait_advice(late, late_share, waiting, stragglers, run) -> str:
