@@ -84,7 +84,7 @@ def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCE
         return pd.DataFrame({"scenario": names, "step_time_us": np.nan, "speedup": np.nan, "saving_us": np.nan,
                              "saving_pct": np.nan})
     model = replay.measure(graph) if model is None else model
-    shared = _Shared(cat=_cats(graph), measured=replay.measured_boundaries(graph, model))  # once, not per scenario
+    shared = _Shared(cat=_cats(graph))  # once, not per scenario
     base = _step_us(graph, model, "baseline", window_steps, compute_scale or {}, shared)
     times = [base if name == "baseline" else _step_us(graph, model, name, window_steps, compute_scale or {}, shared)
              for name in names]
@@ -116,10 +116,9 @@ def _window(steps: pd.DataFrame) -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class _Shared:
-    """What every scenario of one graph reads: the node categories and the measured step boundaries."""
+    """What every scenario of one graph reads: the node categories."""
 
     cat: np.ndarray
-    measured: pd.DataFrame
 
 
 def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -> float:
@@ -142,12 +141,15 @@ def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -
         host_factor, tail_factor, busy_factor = straggler_factors(graph, model, cat)
         host = np.where(host > 0, host * host_factor, host)
         tail, busy = tail * tail_factor, busy * busy_factor
+    # Every scenario only removes work: a positive time shrinks, a negative one (a measured overlap) stays.
+    host, busy, tail = (replay.cut(m, x) for m, x in ((model.delay - model.busy, host), (model.busy, busy),
+                                                         (model.tail, tail)))
     for r, f in compute_scale.items():
         mine = rank == r
         tail = np.where(mine & np.isin(cat, ("compute", "memory")), tail * f, tail)
         busy = np.where(mine, busy * f, busy)
     start, end = replay.simulate(model, delay=host + busy, tail=tail, ps=ps)
-    return replay.mean_step_us(replay.step_times(graph, model, start, end, window_steps, shared.measured))
+    return replay.mean_step_us(replay.step_times(graph, start, end, window_steps))
 
 
 def _no_host_gaps(graph, model, host, tail, cat):
