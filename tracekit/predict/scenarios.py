@@ -123,9 +123,16 @@ class _Shared:
 
 
 def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -> float:
+    start, end = replayed(graph, model, name, compute_scale, shared.cat)
+    return replay.mean_step_us(replay.step_times(graph, start, end, window_steps))
+
+
+def replayed(graph: pd.DataFrame, model: replay.Model, name: str, compute_scale: dict[int, float] | None = None,
+             cat: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of every node of ``graph`` replayed under scenario ``name`` (``cat``: ``_cats(graph)``)."""
     # A delay is host time (``delay - busy``) plus, on CPU-only ranks, enclosing ops' own time (``busy``).
     host, busy, tail, ps, pe = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps, model.pe
-    cat = shared.cat
+    cat = _cats(graph) if cat is None else cat
     rank = graph["rank"].to_numpy()
     comm = cat == "comm"
     match = _COMM_X.match(name)
@@ -142,15 +149,15 @@ def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -
         host_factor, tail_factor, busy_factor = straggler_factors(graph, model, cat)
         host = np.where(host > 0, host * host_factor, host)
         tail, busy = tail * tail_factor, busy * busy_factor
-    # Every scenario only removes work: a positive time shrinks, a negative one (a measured overlap) stays.
-    host, busy, tail = (replay.cut(m, x) for m, x in ((model.delay - model.busy, host), (model.busy, busy),
-                                                         (model.tail, tail)))
-    for r, f in compute_scale.items():
+    if not (match and float(match.group(1)) < 1):  # comm_x0.5 slows communication down: it adds work
+        # The others only remove work: a positive time shrinks, a negative one (a measured overlap) stays.
+        host, busy, tail = (replay.cut(m, x) for m, x in ((model.delay - model.busy, host), (model.busy, busy),
+                                                             (model.tail, tail)))
+    for r, f in (compute_scale or {}).items():
         mine = rank == r
         tail = np.where(mine & np.isin(cat, ("compute", "memory")), tail * f, tail)
         busy = np.where(mine, busy * f, busy)
-    start, end = replay.simulate(model, delay=host + busy, tail=tail, ps=ps, pe=pe)
-    return replay.mean_step_us(replay.step_times(graph, start, end, window_steps))
+    return replay.simulate(model, delay=host + busy, tail=tail, ps=ps, pe=pe)
 
 
 def _no_host_gaps(graph, model, host, tail, cat):
