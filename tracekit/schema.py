@@ -115,13 +115,10 @@ RANK_COLUMNS = {
 }
 
 STEP_COLUMNS = {
-    "rank": "rank",
-    "step": "ProfilerStep number (steps from another annotation: 0, 1, ... in time order)",
+    "rank": "rank", "step": "ProfilerStep number (steps from another annotation: 0, 1, ... in time order)",
     "start_us": "step start, from the run's origin: where the step before it ended (steps tile)",
-    "ended_by": "the clock that ended the step: 'host' (the next step's annotation; the last step: its own "
-                "annotation's end) or 'device' (the device work launched in it and earlier steps, ending later)",
-    "step_us": "to the next step's start: the next annotation or, if later, the end of the device work launched "
-               "in this and earlier steps; the last step: to its annotation's end or, if later, that work's end",
+    "ended_by": "the clock that ended the step: 'host' (an annotation) or 'device' (its and earlier steps' work)",
+    "step_us": "to the next step's start: its annotation or the end of the device work so far, the later",
     "device_step_us": "the step on the device's clock (from when the earlier steps' work is done); MFU's time",
     "compute_us": "computation not overlapped by communication (the plugin's 'Computation')",
     "overlap_us": "computation and communication at once",
