@@ -100,10 +100,12 @@ def test_the_findings_section_is_there_when_nothing_is_found(tmp_path):
 
 
 def test_the_findings_section_lists_what_was_found(tmp_path):
-    # The all-reduce runs alone after the gemm: half of each step is exposed communication.
+    # The all-reduce runs alone after the gemm: 400 of the 900 us of device time in each step is exposed
+    # communication. The device then idles 100 us before the next step: the host paces the steps (had the all-reduce
+    # run to the next step's start, the host's unrecorded time would be a wait on the device: ``rank.spinwait``).
     for rank in (0, 1):
         events = [step(k + 1, 1000 * k, 1000) for k in range(3)] + [kernel("gemm", 1000 * k, 500) for k in range(3)]
-        events += [kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 1000 * k + 500, 500, stream=20,
+        events += [kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 1000 * k + 500, 400, stream=20,
                           **{"Collective name": "allreduce", "In msg nelems": 10, "Out msg nelems": 10,
                              "dtype": "Float", "Group size": 2, "Process Group Name": "0"}) for k in range(3)]
         write_trace(tmp_path / f"rank{rank}.json", events, rank=rank)

@@ -193,9 +193,10 @@ def test_steps_annotated_on_two_threads_replay_in_order(tmp_path):
 
 def test_mfu_of_a_host_that_runs_ahead_is_on_the_device_clock(tmp_path):
     # Four 100 us ProfilerSteps on an H100, each launching an 8192^3 bf16 mm whose kernel takes 1200 us: kernel k
-    # runs [30 + 1200k, 1230 + 1200k]. On the host the steps take 100, 100, 100 and (the last, to its work's end)
-    # 4530 us, so MFU over host time was 1111 %. On the device's clock step 1 runs [0, 1230], step 2 [1230, 2430],
-    # step 3 [2430, 3630], step 4 [3630, 4830]. The mm's 2 * 8192^3 FLOPs take 1111.29 us at 989.4 TFLOP/s.
+    # runs [30 + 1200k, 1230 + 1200k]. On the host's clock the steps took 100, 100, 100 and 4530 us (MFU over host
+    # time was 1111 %). Each step's work ends after the next annotation: steps tile on the device's clock, step 1
+    # [0, 1230], step 2 [1230, 2430], step 3 [2430, 3630], step 4 [3630, 4830], and so does the device clock.
+    # The mm's 2 * 8192^3 FLOPs take 1111.29 us at 989.4 TFLOP/s.
     props = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "totalGlobalMem": 85899345920}]
     shapes = {"Input Dims": [[8192, 8192], [8192, 8192]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
     events = []
@@ -206,7 +207,8 @@ def test_mfu_of_a_host_that_runs_ahead_is_on_the_device_clock(tmp_path):
                    kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 30 + 1200 * k, 1200, correlation=c, **{"External id": c})]
     s = _summary(tmp_path, {0: events}, deviceProperties=props)
     steps = s.steps
-    assert steps["step_us"].tolist() == [100.0, 100.0, 100.0, 4530.0]
+    assert steps["step_us"].tolist() == [1230.0, 1200.0, 1200.0, 1200.0]
+    assert steps["ended_by"].tolist() == ["device"] * 4
     assert steps["device_step_us"].tolist() == [1230.0, 1200.0, 1200.0, 1200.0]
     assert steps["matmul_flops"].tolist() == [2 * 8192**3] * 4
     assert steps["matmul_at_peak_us"].iloc[0] == pytest.approx(2 * 8192**3 / 989.4e12 * 1e6, rel=1e-4)
@@ -257,11 +259,15 @@ def _mm_step(k, t, period, kernel_at, corr):
 def test_a_collective_that_runs_into_the_next_step_does_not_move_its_device_clock(tmp_path):
     # Steps of 2000 us, each an mm whose 1200 us kernel starts 30 us in; step 1 also runs an all-reduce on stream 20
     # [1230, 3000], into step 2 (whose mm runs [2030, 3230]). Compute keeps up, so each device step is 2000 us and
-    # MFU 1111.29 / 2000 = 55.56 % (the all-reduce in the device clock gave step 2 1000 us and 111 %).
+    # MFU 1111.29 / 2000 = 55.56 % (the all-reduce in the device clock gave step 2 1000 us and 111 %). The steps
+    # tile on all of their device work: step 1 ends when its all-reduce does, [0, 3000], step 2 [3000, 4000], step
+    # 3 [4000, 6000] (``step_us``, the wall clock; MFU stays on the device clock).
     events = [e for k in range(3) for e in _mm_step(k + 1, 2000 * k, 2000, 2000 * k + 30, k + 1)]
     events += [{**launch(1100, 10), "args": {"correlation": 10}}, kernel(AR, 1230, 1770, stream=20, correlation=10)]
     s = _summary(tmp_path, {0: events}, deviceProperties=H100)
-    assert s.steps["device_step_us"].tolist() == s.steps["step_us"].tolist() == [2000.0] * 3
+    assert s.steps["device_step_us"].tolist() == [2000.0] * 3
+    assert s.steps["step_us"].tolist() == [3000.0, 1000.0, 2000.0]
+    assert s.steps["ended_by"].tolist() == ["device", "host", "host"]
     assert s.steps["mfu_pct"].tolist() == pytest.approx([1111.29 / 2000 * 100] * 3, rel=1e-5)
 
 

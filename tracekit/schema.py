@@ -118,10 +118,10 @@ RANK_COLUMNS = {
 }
 
 STEP_COLUMNS = {
-    "rank": "rank",
-    "step": "ProfilerStep number (steps from another annotation: 0, 1, ... in time order)",
-    "start_us": "step start, from the run's origin",
-    "step_us": "to the next step's start; the last step: to its annotation's end or, if later, its device work's end",
+    "rank": "rank", "step": "ProfilerStep number (steps from another annotation: 0, 1, ... in time order)",
+    "start_us": "step start, from the run's origin: where the step before it ended (steps tile)",
+    "ended_by": "the clock that ended the step: 'host' (an annotation) or 'device' (its and earlier steps' work)",
+    "step_us": "to the next step's start: its annotation or the end of the device work so far, the later",
     "device_step_us": "the step on the device's clock (from when the earlier steps' work is done); MFU's time",
     "compute_us": "computation not overlapped by communication (the plugin's 'Computation')",
     "overlap_us": "computation and communication at once",

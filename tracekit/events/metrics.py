@@ -92,33 +92,41 @@ def rank_breakdown(dev: pd.DataFrame) -> pd.DataFrame:
 def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per rank and ProfilerStep, the plugin's split: compute and comm not overlapped, overlap, and other (us).
 
-    A step runs from its annotation's start to the next step's start, so the steps of a rank tile its timeline
-    and ``step_us`` is the period the user waits for; device work a step leaves running is what the next one
-    waits on. The last step ends at its annotation's end or, when the device work launched inside it (its
-    ``step``) ends later, where that work ends: a host that runs ahead of a saturated device (spin-waiting on
-    device counters, which records no event) ends its annotation before the step's work is done. Steps are
-    matched by number, not position: a step whose successor (N + 1) the trace lacks ends the same way as the last
-    (never past the next step's start), not at a later step's start.
+    Steps tile each rank's timeline (the next starts where this one ends), so the window's steps add up to the time
+    it took and ``step_us`` is the period the user waits for. A step ends where the next step's annotation begins
+    or, when the device work launched in it and in earlier steps (their events' ``step``) ends later, where that
+    work ends: a host that runs ahead of a saturated device (a queue of launches, or spin-waiting on device
+    counters, which records no event) begins its next annotation before this step's work is done. ``ended_by``
+    says which clock ended the step: ``host`` (the annotation) or ``device`` (its work). The last step, and one
+    whose successor (N + 1) the trace lacks, ends at its annotation's end or where that device work ends, if later
+    (never past the next step's start): steps are matched by number, not position.
 
     ``device_step_us`` is the step on the device's clock, where MFU is measured: it begins when the device has
-    finished the compute launched in earlier steps (or at the step's start, if later) and ends the same way for the
-    next step, so these steps tile the device's timeline. Where compute keeps up it is ``step_us``; where the host
-    runs ahead (100 us steps launching 1.2 ms kernels) it is the device's 1.2 ms, not the host's 100 us. Compute
-    only: a collective that runs on into the next step overlaps that step's compute; it does not delay it.
+    finished the compute launched in earlier steps (or at the step's annotation, if later) and ends the same way
+    for the next step, so these steps tile the device's timeline too. Where compute keeps up it is ``step_us``;
+    where the host runs ahead (100 us steps launching 1.2 ms kernels) it is the device's 1.2 ms, not the host's
+    100 us. Compute only: a collective that runs on into the next step overlaps that step's compute; it does not
+    delay it (``step_us`` counts all device work: copies and collectives too).
     """
     parts = []
     none = np.iinfo(np.int64).min  # no device work in the step (not -1: times may be negative)
     for rank, group in steps.groupby("rank", sort=True):
-        starts, numbers = group["start_ns"].to_numpy(), group["step"].to_numpy()
+        annotated, numbers = group["start_ns"].to_numpy(), group["step"].to_numpy()
         mine = events_dev_all[events_dev_all["rank"] == rank]
         work = mine.groupby("step")["end_ns"].max().reindex(numbers).fillna(none).to_numpy(dtype=np.int64)
-        own_end = np.maximum(group["end_ns"].to_numpy(), work)
-        next_start = np.append(starts[1:], [np.iinfo(np.int64).max])
+        drained = np.maximum.accumulate(work)  # all device work of this step and the earlier ones
+        annotation_end = group["end_ns"].to_numpy()
         follows = np.append(numbers[1:] == numbers[:-1] + 1, False)
-        ends = np.where(follows, next_start, np.minimum(own_end, next_start))
+        starts = np.maximum(annotated, np.append(none, drained[:-1]))
+        next_start = np.append(starts[1:], [np.iinfo(np.int64).max])
+        ends = np.where(follows, next_start, np.minimum(np.maximum(annotation_end, drained), next_start))
+        # The host's clock: where the step would end by its annotations alone.
+        next_annotated = np.append(annotated[1:], [np.iinfo(np.int64).max])
+        by_device = ends > np.where(follows, next_annotated, np.minimum(annotation_end, next_annotated))
+        host_ends = np.where(follows, next_annotated, np.minimum(np.maximum(annotation_end, work), next_annotated))
         compute = mine[(mine["kind"] == "compute").to_numpy()].groupby("step")["end_ns"].max()
         done = np.maximum.accumulate(compute.reindex(numbers).fillna(none).to_numpy(dtype=np.int64))
-        device_ns = np.maximum(ends, done) - np.maximum(starts, np.append(none, done[:-1]))  # done: up to this step
+        device_ns = np.maximum(host_ends, done) - np.maximum(annotated, np.append(none, done[:-1]))  # done: to here
         sets = _sets(mine)
         comp = iv.covered_within(sets["compute"], starts, ends)
         comm = iv.covered_within(sets["comm"], starts, ends)
@@ -126,8 +134,8 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
         step_ns = ends - starts
         parts.append(pd.DataFrame({
             "rank": rank, "step": group["step"].to_numpy(), "start_ns": starts,
-            "step_us": step_ns / 1e3, "device_step_us": device_ns / 1e3, "compute_us": (comp - both) / 1e3,
-            "overlap_us": both / 1e3,
+            "ended_by": np.where(by_device, "device", "host"), "step_us": step_ns / 1e3,
+            "device_step_us": device_ns / 1e3, "compute_us": (comp - both) / 1e3, "overlap_us": both / 1e3,
             "exposed_comm_us": (comm - both) / 1e3, "other_us": (step_ns - comp - comm + both) / 1e3,
             "comm_us": comm / 1e3,
         }))
@@ -135,6 +143,7 @@ def step_breakdown(events_dev_all: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
         return pd.concat(parts, ignore_index=True)
     times = ["step_us", "device_step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us"]
     return pd.DataFrame({**{c: pd.Series(dtype=np.int64) for c in ("rank", "step", "start_ns")},
+                         "ended_by": pd.Series(dtype=object),
                          **{c: pd.Series(dtype=np.float64) for c in times}})
 
 

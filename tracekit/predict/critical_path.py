@@ -1,6 +1,8 @@
 """The critical path of each step across ranks: the chain of events that ends the step, walked back through the graph.
 
-A step ends on the rank whose next ``ProfilerStep`` marker comes last. From there the walk follows, at each node,
+A step ends on the rank whose next step boundary comes last (``replay.boundaries``: the next ``ProfilerStep``
+marker or, when the device work of the steps so far ends later, that work's end: steps tile, and a device-bound
+step's path runs through its kernels). From there the walk follows, at each node,
 the input that bound it in the measured run (``tracekit.predict.replay``): its lane predecessor, its launch, the event it
 waited for, or, for a collective, the last rank to arrive. Each piece of time on the path gets a category:
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.predict.replay import Model
+from tracekit.predict.replay import Model, boundaries
 from tracekit.schema import CRITICAL_PATH_COLUMNS, CRITICAL_PATH_EVENT_COLUMNS
 
 CATEGORIES = ("compute", "comm_transfer", "launch", "host", "data", "sync", "other", "unknown")
@@ -67,20 +69,24 @@ def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray,
 
 def critical_paths(graph: pd.DataFrame, model: Model, window_steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(critical_path, critical_path_events) of every window step that has a next step to end it."""
-    markers = graph.index[(graph["cat"] == "marker").to_numpy()].to_numpy()
-    if len(markers) == 0:
+    if not (graph["cat"] == "marker").any():
         return pd.DataFrame(columns=PATH_COLUMNS), pd.DataFrame(columns=EVENT_COLUMNS)
-    frame = pd.DataFrame({"rank": graph["rank"].to_numpy()[markers], "step": graph["step"].to_numpy()[markers],
-                          "node": markers, "t": model.start[markers]}).sort_values(["rank", "t"])
-    frame["next_node"] = frame.groupby("rank")["node"].shift(-1)
-    frame["next_t"] = frame.groupby("rank")["t"].shift(-1)
-    frame = frame.dropna(subset=["next_node"]).merge(window_steps[["rank", "step"]], on=["rank", "step"])
-    # Each step ends on the rank whose next marker is latest.
+    frame = boundaries(graph, model.start, model.end)
+    # The node that ends the step: the next marker, or the device node whose end is the later boundary.
+    by_device = (frame["drained"] > frame["marker_t"]).to_numpy() & (frame["drain_node"] >= 0).to_numpy()
+    frame["end_node"] = np.where(by_device, frame["drain_node"], frame["node"])
+    frame["end_phase"] = np.where(by_device, "end", "start")
+    frame["t"] = frame.groupby("rank")["t"].cummax()  # as the replay's step times
+    for column in ("end_node", "end_phase", "t"):
+        frame[f"next_{column}"] = frame.groupby("rank")[column].shift(-1)
+    frame = frame.dropna(subset=["next_end_node"]).merge(window_steps[["rank", "step"]], on=["rank", "step"])
+    # Each step ends on the rank whose next boundary is latest (the lowest rank of a tie).
     ends = frame.sort_values(["next_t", "rank"], ascending=[False, True]).drop_duplicates("step")
     start_by, end_by, end_kind = bindings(graph, model)
     host_lane = _host_lanes(graph)
     walk = _Walker(graph, model, start_by, end_by, end_kind, host_lane)
-    pieces = [walk.back(int(r.next_node), float(r.t), int(r.step), int(r.rank)) for r in ends.itertuples()]
+    pieces = [walk.back(int(r.next_end_node), float(r.t), int(r.step), int(r.rank), r.next_end_phase)
+              for r in ends.itertuples()]
     events = pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame(columns=EVENT_COLUMNS)
     if events.empty:
         return pd.DataFrame(columns=PATH_COLUMNS), pd.DataFrame(columns=EVENT_COLUMNS)
@@ -126,9 +132,10 @@ class _Walker:
             return "data"
         return "host" if self.host[i] else "other"
 
-    def back(self, node: int, t0: float, step: int, ends_on: int) -> pd.DataFrame:
+    def back(self, node: int, t0: float, step: int, ends_on: int, phase: str = "start") -> pd.DataFrame:
+        """The path's pieces from ``node``'s start (``phase`` "start") or end ("end") back to ``t0``."""
         rows = []
-        ceiling = [float(self.start[node])]
+        ceiling = [float(self.start[node] if phase == "start" else self.end[node])]
 
         def piece(i, lo, hi, kind, category):
             # Each piece ends where the walk came from: an input inferred to end a little after the event it bound
@@ -139,7 +146,7 @@ class _Walker:
                 rows.append((self.rank[i], lo, hi, i, kind, category))
                 ceiling[0] = lo
 
-        i, phase = int(node), "start"
+        i = int(node)
         for _ in range(len(self.start) * 2 + 1):
             if phase == "end":
                 by = self.end_by[i]

@@ -19,6 +19,15 @@ lane that nothing else starts to its measured start.
 The rules make a directed acyclic graph of times (each node's start and end, and each collective's latest arrival),
 so the replay is a longest-path pass over it in topological order: linear in nodes plus edges, one visit each
 (``tracekit.predict.longest``, compiled with numba). A cycle, which a correctly built graph cannot have, is an error.
+
+Each rank's first step marker is pinned too (``pinned``: its measured start is a lower bound of its start): what ran
+before the first step is not part of any step, and a scenario that shortened it must not move the window earlier.
+
+A measured delay or tail may be negative: events of one lane that overlap (a CUDA graph's kernels under
+programmatic dependent launch), a collective whose clocks put its end before the last arrival. A scenario that only
+removes work cuts the positive part of a time and keeps a negative one as it is (``cut``): zeroing a -5 us delay
+would add 5 us to every such kernel of a step. With times that only shrink and edges that are only removed, every
+replayed time is at most the measured one (the longest path of a graph with smaller weights).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ class Model:
     src: np.ndarray           # the other half of a send/recv pair, -1 none
     n_groups: int
     anchor: np.ndarray        # -inf unless pinned
+    pinned: np.ndarray        # each rank's first step marker: pinned at its measured start whatever the edges
     delay: np.ndarray
     busy: np.ndarray          # the part of a positive delay that enclosing compute ops cover (CPU-only ranks)
     tail: np.ndarray
@@ -70,15 +80,42 @@ def measure(graph: pd.DataFrame) -> Model:
     ps, pe, dr = (graph[c].to_numpy().astype(np.int64) for c in ("ps", "pe", "dr"))
     group = graph["group"].to_numpy().astype(np.int64)
     n_groups = int(group.max()) + 1 if len(group) and group.max() >= 0 else 0
-    anchor = np.where(first & (ps < 0) & (pe < 0), start, -_INF)
+    pinned = _first_markers(graph)
+    anchor = _anchors(first, ps, pe, pinned, start)
     src = graph["pair_src"].to_numpy().astype(np.int64) if "pair_src" in graph else np.full(len(graph), -1, np.int64)
     ext = _start_inputs(start, end, first, ps, pe, anchor)
     cross = np.maximum(_end_inputs(start, end, group, n_groups, dr), np.where(src >= 0, start[np.maximum(src, 0)], -_INF))
     delay = start - ext
     busy = np.clip(graph["busy_ns"].to_numpy(dtype=np.float64), 0, np.maximum(delay, 0)) if "busy_ns" in graph else (
         np.zeros(len(graph)))
-    return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, src=src, n_groups=n_groups,
-                 anchor=anchor, delay=delay, busy=busy, tail=end - np.maximum(start, cross), start=start, end=end)
+    return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, n_groups=n_groups,
+                 anchor=anchor, pinned=pinned, delay=delay, busy=busy, tail=end - np.maximum(start, cross), start=start, end=end)
+
+
+def _first_markers(graph: pd.DataFrame) -> np.ndarray:
+    """Per node: whether it is its rank's first step marker in time."""
+    out = np.zeros(len(graph), dtype=bool)
+    if "cat" not in graph or not len(graph):
+        return out
+    marker = np.flatnonzero((graph["cat"] == "marker").to_numpy())
+    if len(marker):
+        frame = pd.DataFrame({"rank": graph["rank"].to_numpy()[marker], "t": graph["start_ns"].to_numpy()[marker],
+                              "i": marker}).sort_values(["rank", "t", "i"])
+        out[frame.drop_duplicates("rank")["i"].to_numpy()] = True
+    return out
+
+
+def _anchors(first, ps, pe, pinned, start) -> np.ndarray:
+    """The measured start of the nodes nothing else starts (first of their lane, no launch or wait) and of the
+    pinned ones; -inf for the others."""
+    return np.where((first & (ps < 0) & (pe < 0)) | pinned, start, -_INF)
+
+
+def cut(measured: np.ndarray, changed: np.ndarray) -> np.ndarray:
+    """A scenario's times where it removes work: the positive part of each measured time shrunk to ``changed``
+    (clipped to [0, measured]), a negative (overlap) kept as measured, never grown."""
+    return np.where(measured > 0, np.clip(changed, 0.0, np.maximum(measured, 0.0)), measured)
+    src = graph["pair_src"].to_numpy().astype(np.int64) if "pair_src" in graph else np.full(len(graph), -1, np.int64)
 
 
 def _prev(values: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -115,7 +152,7 @@ def simulate(model: Model, delay: np.ndarray | None = None, tail: np.ndarray | N
     group = model.group if group is None else group
     from tracekit.predict.longest import longest_paths  # numba: imported on first use, not with tracekit
 
-    anchor = np.where(model.first & (ps < 0) & (pe < 0), model.start, -_INF)  # nothing else starts these
+    anchor = _anchors(model.first, ps, pe, model.pinned, model.start)  # nothing else starts these
     ids = (np.ascontiguousarray(a, dtype=np.int64) for a in (ps, pe, dr, group))  # one compiled signature
     times = (np.ascontiguousarray(a, dtype=np.float64) for a in (anchor, delay, tail))
     start, end, complete = longest_paths(np.ascontiguousarray(model.first, dtype=np.bool_), *ids, model.n_groups,
@@ -133,19 +170,14 @@ def warm_up() -> None:
     simulate(tiny)
 
 
-def step_times(graph: pd.DataFrame, model: Model, start: np.ndarray, end: np.ndarray,
-               window_steps: pd.DataFrame, measured: pd.DataFrame | None = None) -> pd.DataFrame:
+def step_times(graph: pd.DataFrame, start: np.ndarray, end: np.ndarray, window_steps: pd.DataFrame) -> pd.DataFrame:
     """Per rank and window step, its time (us) from one step boundary to the next, at (``start``, ``end``).
 
-    The boundary before step k is its ``ProfilerStep`` marker, unless the device is then further behind on the
-    work of earlier steps than it was in the trace: the host may run ahead of the device by as much as it did
-    (a queue of launches that deep), no more. So the baseline's boundaries are the markers, and a scenario in
-    which the host gets faster still waits for the device. (On CPU-only ranks the marker's thread is the device.)
-    ``measured``: ``measured_boundaries(graph, model)``, for a caller that replays several scenarios."""
-    now = _boundaries(graph, start, end)
-    then = measured_boundaries(graph, model) if measured is None else measured
-    ahead = np.maximum(then["drained"].to_numpy() - then["t"].to_numpy(), 0)
-    frame = now.assign(t=np.fmax(now["t"].to_numpy(), now["drained"].to_numpy() - np.nan_to_num(ahead)))
+    The boundary before step k is its ``ProfilerStep`` marker or, when the device work of earlier steps ends after
+    it, where that work ends (``metrics.step_breakdown``: steps tile, each ends on the later of the two clocks). So
+    a scenario in which the host gets faster still waits for the device, and no boundary moves later than in the
+    baseline where no replayed time does. (On CPU-only ranks the marker's thread is the device.)"""
+    frame = boundaries(graph, start, end)
     # No step begins before the one before it: steps annotated on two threads may replay out of order otherwise (a
     # scenario that shortens one thread only). Markers on one lane are in order already: the same times.
     frame["t"] = frame.groupby("rank")["t"].cummax()
@@ -154,30 +186,32 @@ def step_times(graph: pd.DataFrame, model: Model, start: np.ndarray, end: np.nda
     return frame.assign(step_us=(frame["next_t"] - frame["t"]) / 1e3).dropna(subset=["step_us"])[["rank", "step", "step_us"]]
 
 
-def measured_boundaries(graph: pd.DataFrame, model: Model) -> pd.DataFrame:
-    """The step boundaries of the measured run, which every scenario's ``step_times`` compares with."""
-    return _boundaries(graph, model.start, model.end)
-
-
-def _boundaries(graph: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
-    """Per marker, in each rank's time order: its time ``t`` and ``drained``, when the device work of the steps
-    before it ended. Time order, not step number: a trace may number its steps out of order (#2 before #1), and
-    the step table's step times are from one start to the next in time."""
+def boundaries(graph: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
+    """Per marker, in each rank's time order: the boundary ``t`` before its step (the later of the marker and
+    ``drained``, when the device work of the steps before it ended), the marker's ``node`` and ``drain_node``, the
+    device node that ends last among that work (-1: none). Time order, not step number: a trace may number its
+    steps out of order (#2 before #1), and the step table's step times are from one start to the next in time."""
     marker = (graph["cat"] == "marker").to_numpy()
     rank, step = graph["rank"].to_numpy(), graph["step"].to_numpy()
-    frame = pd.DataFrame({"rank": rank[marker], "step": step[marker], "t": start[marker],
+    frame = pd.DataFrame({"rank": rank[marker], "step": step[marker], "marker_t": start[marker],
                           "t0": graph["start_ns"].to_numpy()[marker], "node": np.flatnonzero(marker)})
     frame = frame.sort_values(["rank", "t0", "node"], ignore_index=True)
     frame["k"] = frame.groupby("rank").cumcount()  # the marker's place among its rank's, in time
-    device = graph["cat"].isin(["compute", "memory", "comm"]).to_numpy() & (step >= 0)
-    drained = (pd.DataFrame({"rank": rank[device], "step": step[device], "drained": end[device]})
+    device = np.flatnonzero(graph["cat"].isin(["compute", "memory", "comm"]).to_numpy() & (step >= 0))
+    drained = (pd.DataFrame({"rank": rank[device], "step": step[device], "drained": end[device], "drain_node": device})
                .merge(frame[["rank", "step", "k"]], on=["rank", "step"])  # device work of the steps that have one
-               .groupby(["rank", "k"])["drained"].max().reset_index().sort_values(["rank", "k"]))
-    drained["drained"] = drained.groupby("rank")["drained"].cummax()
+               .sort_values(["rank", "k", "drained", "drain_node"]).drop_duplicates(["rank", "k"], keep="last"))
+    # Work of earlier steps may end later still: the running latest, with the node that set it.
+    latest = drained.groupby("rank")["drained"].cummax()
+    drained["drain_node"] = drained["drain_node"].where(drained["drained"] >= latest).groupby(drained["rank"]).ffill()
+    drained["drained"] = latest
     drained["k"] = drained["k"] + 1  # the work of the steps before the k-th marker, as it begins
-    frame = pd.merge_asof(frame.sort_values("k"), drained.sort_values("k"), on="k", by="rank",
-                          allow_exact_matches=True)
-    return frame.sort_values(["rank", "k"], ignore_index=True)[["rank", "step", "t", "drained"]]
+    frame = pd.merge_asof(frame.sort_values("k"), drained[["rank", "k", "drained", "drain_node"]].sort_values("k"),
+                          on="k", by="rank", allow_exact_matches=True)
+    frame = frame.sort_values(["rank", "k"], ignore_index=True)
+    frame["t"] = np.fmax(frame["marker_t"].to_numpy(), frame["drained"].to_numpy())
+    frame["drain_node"] = frame["drain_node"].fillna(-1).astype(np.int64)
+    return frame[["rank", "step", "t", "marker_t", "drained", "node", "drain_node"]]
 
 
 def mean_step_us(per_step: pd.DataFrame) -> float:

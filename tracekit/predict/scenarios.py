@@ -11,7 +11,8 @@ finds where every other event moves, so the critical path may change):
   comm_x<k>        collective transfer times divided by k (``comm_x2``, ``comm_x0.5`` for twice as slow)
   perfect_overlap  collective transfers take no time (ranks still meet at every collective)
   no_host_gaps     the host is never late: on GPU ranks, host-thread delays and launch calls take no time and
-                   device events no longer wait for their launches; on CPU-only ranks, the training thread's
+                   device events no longer wait for their launches, only for the device work their host waited
+                   for before launching them (a sync, a spin-wait); on CPU-only ranks, the training thread's
                    unrecorded time between ops (not data loading, not waits) is removed
   no_data_wait     DataLoader ``__next__`` and everything inside it takes no time
 
@@ -85,7 +86,7 @@ def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCE
         return pd.DataFrame({"scenario": names, "step_time_us": np.nan, "speedup": np.nan, "saving_us": np.nan,
                              "saving_pct": np.nan})
     model = replay.measure(graph) if model is None else model
-    shared = _Shared(cat=_cats(graph), measured=replay.measured_boundaries(graph, model))  # once, not per scenario
+    shared = _Shared(cat=_cats(graph))  # once, not per scenario
     base = _step_us(graph, model, "baseline", window_steps, compute_scale or {}, shared)
     times = [base if name == "baseline" else _step_us(graph, model, name, window_steps, compute_scale or {}, shared)
              for name in names]
@@ -117,16 +118,22 @@ def _window(steps: pd.DataFrame) -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class _Shared:
-    """What every scenario of one graph reads: the node categories and the measured step boundaries."""
+    """What every scenario of one graph reads: the node categories."""
 
     cat: np.ndarray
-    measured: pd.DataFrame
 
 
 def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -> float:
+    start, end = replayed(graph, model, name, compute_scale, shared.cat)
+    return replay.mean_step_us(replay.step_times(graph, start, end, window_steps))
+
+
+def replayed(graph: pd.DataFrame, model: replay.Model, name: str, compute_scale: dict[int, float] | None = None,
+             cat: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of every node of ``graph`` replayed under scenario ``name`` (``cat``: ``_cats(graph)``)."""
     # A delay is host time (``delay - busy``) plus, on CPU-only ranks, enclosing ops' own time (``busy``).
-    host, busy, tail, ps = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps
-    cat = shared.cat
+    host, busy, tail, ps, pe = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps, model.pe
+    cat = _cats(graph) if cat is None else cat
     rank = graph["rank"].to_numpy()
     comm = cat == "comm"
     match = _COMM_X.match(name)
@@ -138,20 +145,26 @@ def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -
         data = graph["in_data"].to_numpy(dtype=bool)
         host, busy, tail = np.where(data, 0.0, host), np.where(data, 0.0, busy), np.where(data, 0.0, tail)
     elif name == "no_host_gaps":
-        host, tail, ps = _no_host_gaps(graph, model, host, tail, cat)
+        host, tail, ps, pe = _no_host_gaps(graph, model, host, tail, cat)
     elif name == "no_straggler":
         host_factor, tail_factor, busy_factor = straggler_factors(graph, model, cat)
         host = np.where(host > 0, host * host_factor, host)
         tail, busy = tail * tail_factor, busy * busy_factor
-    for r, f in compute_scale.items():
+    if not (match and float(match.group(1)) < 1):  # comm_x0.5 slows communication down: it adds work
+        # The others only remove work: a positive time shrinks, a negative one (a measured overlap) stays.
+        host, busy, tail = (replay.cut(m, x) for m, x in ((model.delay - model.busy, host), (model.busy, busy),
+                                                             (model.tail, tail)))
+    for r, f in (compute_scale or {}).items():
         mine = rank == r
         tail = np.where(mine & np.isin(cat, ("compute", "memory")), tail * f, tail)
         busy = np.where(mine, busy * f, busy)
-    start, end = replay.simulate(model, delay=host + busy, tail=tail, ps=ps)
-    return replay.mean_step_us(replay.step_times(graph, model, start, end, window_steps, shared.measured))
+    return replay.simulate(model, delay=host + busy, tail=tail, ps=ps, pe=pe)
 
 
 def _no_host_gaps(graph, model, host, tail, cat):
+    """(host, tail, ps, pe) of ``no_host_gaps``. A device node no longer waits for its launch, but it still waits
+    for the device work its host waited for before launching it (a sync, or a spin-wait: ``rank.spinwait``): a host
+    that is never late still cannot launch what depends on work it had to see finish."""
     device_rank = np.isin(graph["rank"].to_numpy(), graph.loc[(model.ps >= 0) & np.isin(cat, ("compute", "memory")), "rank"])
     device_node = np.isin(cat, ("compute", "memory", "comm")) & device_rank | (cat == "comm")
     launched = device_node & (model.ps >= 0) & device_rank
@@ -160,12 +173,31 @@ def _no_host_gaps(graph, model, host, tail, cat):
     host = np.where(launched | (host_gpu & (host > 0)), 0.0, host)
     tail = np.where(host_gpu & (cat == "launch"), 0.0, tail)
     ps = np.where(launched, -1, model.ps)
+    seen = _seen_device_work(graph, model, device_node)[np.maximum(model.ps, 0)]
+    seen_end = model.end[np.maximum(seen, 0)]
+    later = np.where(model.pe >= 0, model.end[np.maximum(model.pe, 0)], -np.inf) < seen_end
+    pe = np.where(launched & (seen >= 0) & later & (seen_end <= model.start), seen, model.pe)  # ended before it began
     # CPU-only ranks: the training thread's unrecorded time, where nothing else bound the node's start.
     from tracekit.predict.critical_path import bindings
 
     start_by, _, _ = bindings(graph, model)
     cpu_host = ~device_rank & ~device_node & not_data & (start_by == 0)
-    return np.where(cpu_host & (host > 0), 0.0, host), tail, ps
+    return np.where(cpu_host & (host > 0), 0.0, host), tail, ps, pe
+
+
+def _seen_device_work(graph: pd.DataFrame, model: replay.Model, device_node: np.ndarray) -> np.ndarray:
+    """Per node: the device node that ends last among those its lane's host nodes waited for up to it (``pe`` or
+    ``dr`` edges to device work), -1 for none. Lanes are contiguous and in time order in the graph."""
+    target = np.full(len(graph), -1, dtype=np.int64)
+    t = np.full(len(graph), -np.inf)
+    for edge in (model.pe, model.dr):
+        hit = ~device_node & (edge >= 0) & device_node[np.maximum(edge, 0)]
+        end = np.where(hit, model.end[np.maximum(edge, 0)], -np.inf)
+        target, t = np.where(end > t, edge, target), np.maximum(t, end)
+    frame = pd.DataFrame({"lane": model.lane, "t": t, "target": np.where(target >= 0, target, np.nan)})
+    latest = frame.groupby("lane")["t"].cummax()
+    kept = frame["target"].where((frame["t"] >= latest) & np.isfinite(frame["t"]))
+    return kept.groupby(frame["lane"]).ffill().fillna(-1).to_numpy(dtype=np.int64)
 
 
 def straggler_factors(graph: pd.DataFrame, model: replay.Model,

@@ -21,6 +21,8 @@ Edges (node columns, -1 when absent):
                marker waiting for the last step's device work when that ends after the step's annotation
   ``dr``       end after this node ended: a synchronizing host call (``cudaStreamSynchronize``, blocking copy, ...)
                returns when the last device event that ended inside it has ended
+  spin-waits   (GPU ranks) host time that waits on the device with no sync recorded (``tracekit.rank.spinwait``):
+               a ``pe`` edge for unrecorded time before a node, a ``dr`` edge for a call's own time
   collectives  (run level) a collective's transfer starts when the last member rank arrives (``group``)
 """
 
@@ -34,6 +36,7 @@ import pandas as pd
 from tracekit.events.causes import DATA_LOADER, SYNC_CALL
 from tracekit.events.steps import step_table
 from tracekit.rank.collrows import collective_rows
+from tracekit.rank.spinwait import spin_waits
 from tracekit.rank.markers import END_MARKER, END_ROW as _END_ROW, end_marker as _end_marker
 from tracekit.events.hostops import reads_host_op
 from tracekit import intervals as iv
@@ -155,7 +158,10 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     if end_bound is not None:  # the last step ends when its device work does: the end marker waits for it
         pe[int(np.flatnonzero(node_rows == _END_ROW)[0])] = int(position[end_bound])
     del position, node_rows
-    out = nodes.assign(ps=ps, pe=pe, dr=_drains(nodes) if on_gpu else -1,
+    dr = _drains(nodes) if on_gpu else np.full(len(nodes), -1, dtype=np.int64)
+    if on_gpu:  # host time that waited on the device with no sync recorded (``tracekit.rank.spinwait``)
+        pe, dr = spin_waits(nodes, pe, dr)
+    out = nodes.assign(ps=ps, pe=pe, dr=dr,
                        coll=collective_rows(nodes, collectives), busy_ns=np.maximum(busy, 0),
                        p2p=collective_rows(nodes, p2p) if p2p is not None else -1)
     del nodes, ps, pe, busy  # ``out`` holds what is kept; the columns replaced below end with it

@@ -29,6 +29,7 @@ def text_report(summary: Summary) -> str:
         f"backend {_v(one_or_all(run.backends))}, "
         f"devices: {', '.join(run.device_names) or ', '.join(sorted(set(summary.ranks['device'].astype(str))))}",
         f"  window: {_window(summary)}",
+        *_step_clock(summary.steps),
     ]
     workload = run.workload
     if workload is not None:
@@ -63,6 +64,25 @@ def _window(summary: Summary) -> str:
     if bare:
         said += f"; {'rank' if len(bare) == 1 else 'ranks'} {', '.join(map(str, bare))} without steps: the whole trace"
     return said
+
+
+def _step_clock(steps: pd.DataFrame) -> list[str]:
+    """Which clock ended the window's steps (``Summary.steps.ended_by``): one line, none without steps."""
+    if steps.empty or "ended_by" not in steps:
+        return []
+    window = steps[steps["in_window"].astype(bool)]
+    device = window[(window["ended_by"] == "device").to_numpy()]
+    if window.empty:
+        return []
+    if device.empty:
+        return ["  step clock: host (each step ends where the next step's annotation begins)"]
+    which = "; ".join(f"rank {int(r)}: {', '.join(str(int(n)) for n in g['step'])}"
+                      for r, g in device.groupby("rank", sort=True))
+    if len(which) > 120:
+        which = f"{device['rank'].nunique()} ranks"
+    rest = len(window) - len(device)
+    return [f"  step clock: device for {len(device)} of {len(window)} window steps ({which}): their device work ran "
+            "past the next step's annotation, so they end when it does" + (f"; host for the other {rest}" if rest else "")]
 
 
 def checked() -> tuple[str, ...]:
