@@ -88,7 +88,7 @@ def measure(graph: pd.DataFrame) -> Model:
     delay = start - ext
     busy = np.clip(graph["busy_ns"].to_numpy(dtype=np.float64), 0, np.maximum(delay, 0)) if "busy_ns" in graph else (
         np.zeros(len(graph)))
-    return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, n_groups=n_groups,
+    return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, src=src, n_groups=n_groups,
                  anchor=anchor, pinned=pinned, delay=delay, busy=busy, tail=end - np.maximum(start, cross), start=start, end=end)
 
 
@@ -115,7 +115,6 @@ def cut(measured: np.ndarray, changed: np.ndarray) -> np.ndarray:
     """A scenario's times where it removes work: the positive part of each measured time shrunk to ``changed``
     (clipped to [0, measured]), a negative (overlap) kept as measured, never grown."""
     return np.where(measured > 0, np.clip(changed, 0.0, np.maximum(measured, 0.0)), measured)
-    src = graph["pair_src"].to_numpy().astype(np.int64) if "pair_src" in graph else np.full(len(graph), -1, np.int64)
 
 
 def _prev(values: np.ndarray, first: np.ndarray) -> np.ndarray:
