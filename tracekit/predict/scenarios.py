@@ -42,8 +42,7 @@ _FIX = {"straggler": ("no_straggler", "removing rank {ranks}'s delay"),
         "straggler_suspected": ("no_straggler", "removing rank {ranks}'s delay"),
         "exposed_comm": ("perfect_overlap", "hiding all communication"),
         "data_loading": ("no_data_wait", "removing DataLoader waits"),
-        "host_bound": ("no_host_gaps", "removing host gaps"),
-        "host_unrecorded": ("no_host_gaps", "removing host gaps")}
+        "host_bound": ("no_host_gaps", "removing host gaps"), "host_unrecorded": ("no_host_gaps", "removing host gaps")}
 
 
 def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None = None):
