@@ -314,3 +314,26 @@ def test_attention_names_agree_with_torch_formulas():
         *meta, None, None, None, None, 16, 24) == bwd
     assert op_cost("aten::_efficient_attention_forward", t[1:], [F] * 3).flops == fwd
     assert op_cost("aten::_efficient_attention_backward", t, [F] * 4).flops == bwd
+
+
+def test_concrete_inputs_are_read_the_same_from_many_threads():
+    """Concrete Inputs literals are read without ast (ast.literal_eval from Dask's threads can raise CPython 3.11's
+    'AST constructor recursion depth mismatch'): the same values as ast gives, from 8 threads at once."""
+    import ast
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tracekit.events.literal import literal
+
+    texts = ["[1, 1]", "[2, 2]", "False", "True", "None", "0.5", "-3", "[[1, 2], [3]]", "(1, 2)", "(1,)", "1e-05",
+             "", " ", "abc", "[True, False, False]", "[0, 0]", "7"] * 50
+
+    def by_ast(s):
+        try:
+            v = ast.literal_eval(s) if s.strip() else None
+        except (ValueError, SyntaxError):
+            return None
+        return list(v) if isinstance(v, tuple) else None if isinstance(v, str) else v
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(literal, texts))
+    assert got == [by_ast(s) for s in texts]

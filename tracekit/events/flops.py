@@ -32,18 +32,18 @@ tensor shaped as the first input (mean/rstd, grad_weight not counted), in the fi
 (``_scaled_mm``: its out_dtype). NaN if a tensor's dtype is unknown (TensorList).
 
 Nesting (the caller's rule): composite ops (linear, matmul, conv2d, convolution, scaled_dot_product_attention ...)
-have FLOPs too, so in a call tree an op in ``MATMUL_CLASS`` with finite FLOPs is counted only if none of its
-descendants is one; a linear and the addmm inside it are not both counted. A matmul over 1-D operands runs as
-dot / mv, which have no formula here nor in FlopCounterMode, so the matmul itself is counted.
+have FLOPs too, so in a call tree an op in ``MATMUL_CLASS`` with finite FLOPs counts only if none of its descendants
+is one (not a linear and its addmm both); a matmul over 1-D operands (dot / mv: no formula) counts itself.
 """
 
 from __future__ import annotations
 
-import ast
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit.events.literal import literal
 
 NAN = float("nan")
 _FLOAT8 = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e8m0fnu")
@@ -175,8 +175,8 @@ def _value(dims, concrete, i, default_from, default):
     if i >= len(dims):
         return default if default_from is not None and i >= default_from else None
     try:
-        return ast.literal_eval(concrete[i].strip()) if concrete[i].strip() else None
-    except (TypeError, IndexError, AttributeError, ValueError, SyntaxError):  # none recorded, or not a literal
+        return literal(concrete[i])
+    except (TypeError, IndexError, AttributeError):  # none recorded
         return None
 
 
