@@ -199,3 +199,19 @@ def test_a_trace_without_steps_is_one_window(tmp_path):
     r = tracekit.summarize(tmp_path, cache=False, workers=1).pipeline.iloc[0]
     assert (r["step"], r["step_us"], r["compute_us"], r["other_busy_us"]) == (-1, 840.0, 390.0, 50.0)
     assert (r["fill_us"], r["wait_us"], r["drain_us"]) == (0.0, 400.0, 0.0)
+
+
+def test_1f1b_without_pg_config_tells_the_first_stage_by_its_first_transfer(tmp_path):
+    """No pg_config (older torch): no group gives the stage. The first stage still ran F0 before its first transfer
+    (a send: it has no input to receive); read as a later stage, that forward was taken for chunking and dropped,
+    and F1 was numbered F0."""
+    write_rank(tmp_path, 0, RANK0_OPS, pg=[])
+    write_rank(tmp_path, 1, [cpu("c10d::recv_", 5, 10), cpu("aten::linear", 200, 100), backward(300, 150),
+                             cpu("c10d::send", 450, 10), cpu("c10d::recv_", 460, 10), cpu("aten::linear", 500, 100),
+                             backward(600, 150), cpu("c10d::send", 750, 10)], pg=[])
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    order = s.pipeline_blocks[s.pipeline_blocks["rank"] == 0].sort_values("start_us")
+    assert list(order["phase"] + order["microbatch"].astype(str)) == ["F0", "F1", "B0", "B1"]
+    assert list(order["start_us"]) == [10.0, 120.0, 600.0, 710.0]
+    r0 = s.pipeline.set_index("rank").loc[0]
+    assert (r0["stage"], r0["fwd_us"], r0["bwd_us"]) == (-1, 200.0, 190.0)  # the stage number stays unknown
