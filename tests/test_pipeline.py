@@ -215,3 +215,16 @@ def test_1f1b_without_pg_config_tells_the_first_stage_by_its_first_transfer(tmp_
     assert list(order["start_us"]) == [10.0, 120.0, 600.0, 710.0]
     r0 = s.pipeline.set_index("rank").loc[0]
     assert (r0["stage"], r0["fwd_us"], r0["bwd_us"]) == (-1, 200.0, 190.0)  # the stage number stays unknown
+
+
+def test_an_intended_action_that_computed_nothing_does_not_shift_the_order():
+    """ZBV's first stage runs ``PP:0I0`` with nothing in it (its input needs no gradient): no block. The blocks that
+    ran are in the intended order; compared position by position with the action left in, every later block was
+    one place off (pp-zbv-2rank read 21%)."""
+    intended = {"intended_schedule": {"0": ["0F0", "0F1", "0I0", "0W0", "0B1"]}}
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "W", 0), (0, "B", 1)], intended)
+    assert rows["order_agreement_pct"].iloc[0] == 100.0
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "B", 1), (0, "W", 0)], intended)
+    assert rows["order_agreement_pct"].iloc[0] == 50.0  # W0 and B1 swapped: 2 of 4 in place
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "W", 0), (0, "B", 1), (0, "B", 2)], intended)
+    assert rows["order_agreement_pct"].iloc[0] == 80.0  # a block the order does not have: 4 of the 5 in place
