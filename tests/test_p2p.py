@@ -266,3 +266,33 @@ def test_without_pg_config_the_local_peer_is_the_global_rank(tmp_path):
     write_rank(tmp_path / "rank-1.json", [step(1, 0, 1000), *gloo_p2p("recv", 50, 10, 250, 0)], 1, [])
     s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
     assert s.p2p[["src_rank", "dst_rank", "status", "recv_wait_us"]].values.tolist() == [[0, 1, "matched", 50]]
+
+
+def test_steps_split_p2p_waiting_out_as_the_ranks_do(tmp_path):
+    """The steps table takes a P2P call's waiting out of communication as the rank table does, step by step: the
+    step after the window too (its waiting is against every step's compute, not only the window's)."""
+    r0 = [step(1, 0, 1000), step(2, 1000, 1000), cpu("aten::mm", 0, 90), cpu("aten::mm", 120, 170),
+          *gloo_p2p("send", 100, 10, 400, 1), *gloo_p2p("send", 300, 10, 460, 1),
+          cpu("aten::mm", 1000, 90), *gloo_p2p("send", 1100, 10, 1500, 1)]
+    r1 = [step(1, 0, 1000), step(2, 1000, 1000), *gloo_p2p("recv", 70, 10, 200, 0), cpu("aten::mm", 210, 180),
+          *gloo_p2p("recv", 400, 10, 450, 0), *gloo_p2p("recv", 1300, 10, 1400, 0)]
+    write_rank(tmp_path / "rank-0.json", r0, 0, DEFAULT)
+    write_rank(tmp_path / "rank-1.json", r1, 1, DEFAULT)
+    s = tracekit.summarize(tmp_path, cache=False)  # window: step 1
+    steps = s.steps.set_index(["rank", "step"])
+    cols = ["compute_us", "overlap_us", "exposed_comm_us", "p2p_wait_us", "other_us", "comm_us"]
+    # rank 0, step 1 (as the test above): comm 110..460 = 350, compute 0..90 + 120..290 = 260, overlap 170; waiting
+    # 290..400 + 450..460 = 120 exposed, 200..290 = 90 under compute (which becomes compute not overlapped).
+    # Before: compute 90, overlap 170, exposed 180, other 1000 - 260 - 350 + 170 = 560.
+    assert steps.loc[(0, 1), cols].tolist() == [180, 80, 60, 120, 560, 140]
+    # rank 0, step 2: send posted 1100 (span 1110..1500), recv posted 1300 (span 1310..1400): transfer 1300..1400,
+    # waiting 1110..1300 + 1400..1500 = 290; comm 390, compute 1000..1090, other 1000 - 90 - 390 = 520.
+    assert steps.loc[(0, 2), cols].tolist() == [90, 0, 100, 290, 520, 100]
+    # rank 1, step 1: waiting 80..100 (its first recv's span before the send was posted); comm 80..200 + 410..450.
+    assert steps.loc[(1, 1), cols].tolist() == [180, 0, 140, 20, 660, 140]
+    assert steps.loc[(1, 2), cols].tolist() == [0, 0, 90, 0, 910, 90]
+    parts = steps[["compute_us", "overlap_us", "exposed_comm_us", "p2p_wait_us", "other_us"]].sum(axis=1)
+    assert parts.tolist() == steps["step_us"].tolist()
+    window = s.steps[s.steps["in_window"]].groupby("rank")[["p2p_wait_us", "comm_us", "exposed_comm_us"]].sum()
+    ranks = s.ranks.set_index("rank")
+    assert window.values.tolist() == ranks.loc[window.index, ["p2p_wait_us", "comm_us", "exposed_comm_us"]].values.tolist()

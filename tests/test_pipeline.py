@@ -199,3 +199,32 @@ def test_a_trace_without_steps_is_one_window(tmp_path):
     r = tracekit.summarize(tmp_path, cache=False, workers=1).pipeline.iloc[0]
     assert (r["step"], r["step_us"], r["compute_us"], r["other_busy_us"]) == (-1, 840.0, 390.0, 50.0)
     assert (r["fill_us"], r["wait_us"], r["drain_us"]) == (0.0, 400.0, 0.0)
+
+
+def test_1f1b_without_pg_config_tells_the_first_stage_by_its_first_transfer(tmp_path):
+    """No pg_config (older torch): no group gives the stage. The first stage still ran F0 before its first transfer
+    (a send: it has no input to receive); read as a later stage, that forward was taken for chunking and dropped,
+    and F1 was numbered F0."""
+    write_rank(tmp_path, 0, RANK0_OPS, pg=[])
+    write_rank(tmp_path, 1, [cpu("c10d::recv_", 5, 10), cpu("aten::linear", 200, 100), backward(300, 150),
+                             cpu("c10d::send", 450, 10), cpu("c10d::recv_", 460, 10), cpu("aten::linear", 500, 100),
+                             backward(600, 150), cpu("c10d::send", 750, 10)], pg=[])
+    s = tracekit.summarize(tmp_path, cache=False, workers=1)
+    order = s.pipeline_blocks[s.pipeline_blocks["rank"] == 0].sort_values("start_us")
+    assert list(order["phase"] + order["microbatch"].astype(str)) == ["F0", "F1", "B0", "B1"]
+    assert list(order["start_us"]) == [10.0, 120.0, 600.0, 710.0]
+    r0 = s.pipeline.set_index("rank").loc[0]
+    assert (r0["stage"], r0["fwd_us"], r0["bwd_us"]) == (-1, 200.0, 190.0)  # the stage number stays unknown
+
+
+def test_an_intended_action_that_computed_nothing_does_not_shift_the_order():
+    """ZBV's first stage runs ``PP:0I0`` with nothing in it (its input needs no gradient): no block. The blocks that
+    ran are in the intended order; compared position by position with the action left in, every later block was
+    one place off (pp-zbv-2rank read 21%)."""
+    intended = {"intended_schedule": {"0": ["0F0", "0F1", "0I0", "0W0", "0B1"]}}
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "W", 0), (0, "B", 1)], intended)
+    assert rows["order_agreement_pct"].iloc[0] == 100.0
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "B", 1), (0, "W", 0)], intended)
+    assert rows["order_agreement_pct"].iloc[0] == 50.0  # W0 and B1 swapped: 2 of 4 in place
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "W", 0), (0, "B", 1), (0, "B", 2)], intended)
+    assert rows["order_agreement_pct"].iloc[0] == 80.0  # a block the order does not have: 4 of the 5 in place

@@ -179,7 +179,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     fsdp = _relative(_shift(_stacked([r.fsdp for r in results]), shift), origin_ns)
 
     pipeline, pipeline_blocks = run_pipeline.of_ranks(results, shift, origin_ns, workload_run)
-    steps = whatruns.with_step_flops(steps, results)
+    steps = whatruns.with_step_flops(commdims.with_step_p2p_wait(steps, joined.step_waits), results)
     ranks = commdims.with_p2p_wait(_rank_table(results, steps, collectives), joined.waits)
     tables = whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns))
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0

@@ -54,7 +54,7 @@ def pipeline_marks(host: pd.DataFrame) -> pd.DataFrame:
         wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
         rows = host[host["name"].isin(wanted).to_numpy() & usable]
         if len(rows) or mark in ("backward", "optimizer"):
-            named = rows["name"].astype(str).to_numpy() if mark in ("action", "overlap", "gpipe") else ""
+            named = rows["name"].astype(str).to_numpy() if mark in ("action", "overlap", "gpipe", "p2p") else ""
             parts.append(pd.DataFrame({"rank": rows["rank"].to_numpy(), "mark": mark, "name": named,
                                        "start_ns": rows["ts_ns"].to_numpy(),
                                        "end_ns": (rows["ts_ns"] + rows["dur_ns"]).to_numpy()}))
@@ -99,13 +99,13 @@ def pipeline_blocks(marks: pd.DataFrame, compute: pd.DataFrame, steps: pd.DataFr
       compute: its compute events: start_ns, end_ns and when_ns (the launch, or the start on a CPU rank).
       steps: its steps: step, start_ns, end_ns (a block belongs to the step it starts in; none: step -1).
       stage: the rank's stage from its pipeline group (``pipeline_position``), used where the blocks name none;
-        None: unknown (stage -1).
+        None: unknown (stage -1; inferred blocks then tell the first stage by its transfers, ``_sends_first``).
     """
     source = block_source(marks)
     if source is None or compute.empty:
         return _empty()
     if source == "inferred":
-        spans = _inferred_spans(marks, compute, steps, stage == 0)
+        spans = _inferred_spans(marks, compute, steps, stage == 0 if stage is not None else _sends_first(marks, steps))
     else:
         pattern = PP_ACTION if source == "pp_action" else GPIPE_ACTION
         rows = marks[marks["mark"] == ("action" if source == "pp_action" else "gpipe")]
@@ -126,6 +126,14 @@ def pipeline_blocks(marks: pd.DataFrame, compute: pd.DataFrame, steps: pd.DataFr
     spans["source"] = source
     spans = spans[list(BLOCK_COLUMNS)].sort_values(["start_ns", "stage"], ignore_index=True)
     return number_microbatches(spans) if source == "inferred" else spans
+
+
+def _sends_first(marks: pd.DataFrame, steps: pd.DataFrame) -> bool:
+    """Whether the rank is a pipeline's first stage, where no group says: in every step its first transfer is a send
+    (the first stage has no input to receive; every later stage's first transfer receives its input)."""
+    p2p = marks[marks["mark"] == "p2p"]
+    first = p2p.groupby(_step_of(p2p["start_ns"].to_numpy(), steps), sort=False)["name"].first()
+    return bool(len(first)) and bool(first.str.contains("send").all())
 
 
 def _overlap_spans(marks: pd.DataFrame) -> pd.DataFrame:

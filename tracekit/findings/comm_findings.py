@@ -14,13 +14,14 @@ import pandas as pd
 
 from tracekit import fmt
 from tracekit.run.crossrank import MIN_TESTED, STRAGGLER_P
-from tracekit.findings.finding import VENDOR, Finding, gpu_vendor, holds_on_any, severity, share_of_span, trains
-from tracekit.findings.finding import trains_on
+from tracekit.findings.finding import (VENDOR, Finding, gpu_vendor, holds_on_any, severity, share_of_span, trains,
+                                       trains_on)
 
 EXPOSED_COMM_SHARE = (0.10, 0.25)     # medium, high
 STRAGGLER_WAIT_SHARE = (0.05, 0.20)   # of the median step time
 BUSBW_SHARE = 0.25                    # of the link's bandwidth
 LARGE_MESSAGE_BYTES = 16e6            # smaller all-reduces are latency-bound, not bandwidth-bound
+WAIT_SHARE = 0.5                      # of the communication time: waiting, not transfer, is what to fix
 DOMINANT_OP_SHARE = 0.20              # of communication time: an op this large gets its own advice
 WAIT_SHARE = 0.5                      # of the communication time: waiting, not transfer, is what to fix
 

@@ -63,6 +63,7 @@ class RankResult:
     pipeline: pd.DataFrame = field(default_factory=pd.DataFrame)  # bubble.stage_steps, with in_window
     p2p: pd.DataFrame = field(default_factory=pd.DataFrame)  # p2p.split_p2p: send/recv calls, with in_window
     comm_overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # p2p.overlap_intervals over the window
+    comm_overlap_all: pd.DataFrame = field(default_factory=pd.DataFrame)  # the same over every step (steps' split)
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None,
@@ -127,7 +128,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     gaps["host_kind"] = causes.host_kinds(gaps, dev, events)
     # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
     breakdown = metrics.rank_breakdown(dev)
-    comm_overlap = overlap_intervals(dev)
+    comm_overlap, comm_overlap_all = overlap_intervals(dev), overlap_intervals(dev_all)
     if breakdown.empty:
         breakdown = breakdown.reindex([0]).assign(rank=meta.rank)
     whole = config.window == "trace" or steps.empty
@@ -152,7 +153,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
                       graph=graph, fsdp=fsdp, pipeline_blocks=pipe_blocks, pipeline=pipe_steps,
-                      p2p=p2p, comm_overlap=comm_overlap, **ran)
+                      p2p=p2p, comm_overlap=comm_overlap, comm_overlap_all=comm_overlap_all, **ran)
 
 
 _STEP_DEVICE_COLUMNS = ("device_step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us", "comm_us")

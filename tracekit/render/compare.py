@@ -120,6 +120,8 @@ def step_parts(s: Summary) -> pd.DataFrame:
     exposed_comm`` against ``idle``), and idle is shared between its causes likewise.
     """
     steps = s.steps[s.steps["in_window"].astype(bool)] if len(s.steps) else s.steps
+    if "p2p_wait_us" in steps:  # a P2P call's waiting is busy, neither comm nor idle: memory-only's side, as the ranks'
+        steps = steps.assign(other_us=steps["other_us"] + steps["p2p_wait_us"].fillna(0.0))
     per_rank = (steps.groupby("rank")[["step_us", "compute_us", "overlap_us", "exposed_comm_us", "other_us"]].mean()
                 .reindex(s.ranks["rank"]).reset_index(drop=True))
     r = s.ranks.reset_index(drop=True)

@@ -49,16 +49,19 @@ def _set(start, end) -> iv.Intervals:
     return iv.merge(np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64))
 
 
-def _calls(collectives: pd.DataFrame, rank) -> pd.DataFrame:
-    mine = collectives[(collectives["rank"] == rank).to_numpy() & collectives["in_window"].astype(bool).to_numpy()]
+def _calls(collectives: pd.DataFrame, rank, window: bool = True) -> pd.DataFrame:
+    keep = (collectives["rank"] == rank).to_numpy()
+    mine = collectives[keep & collectives["in_window"].astype(bool).to_numpy() if window else keep]
     start = mine["start_ns"].to_numpy(dtype=np.int64)
     return mine.assign(_s=start, _e=start + np.rint(mine["dur_us"].to_numpy() * 1e3).astype(np.int64))
 
 
-def _p2p(ops: pd.DataFrame, arrive: tuple[np.ndarray, np.ndarray], rank) -> pd.DataFrame:
-    """The rank's P2P calls in the window: ``_s``/``_e`` the call's communication event (a gloo span begins after the
-    op that posted it: that op is no communication event of the breakdown), ``_a``/``_d`` its transfer."""
-    keep = (ops["rank"] == rank).to_numpy() & ops["in_window"].astype(bool).to_numpy()
+def _p2p(ops: pd.DataFrame, arrive: tuple[np.ndarray, np.ndarray], rank, window: bool = True) -> pd.DataFrame:
+    """The rank's P2P calls in the window (all of them: ``window`` False): ``_s``/``_e`` the call's communication
+    event (a gloo span begins after the op that posted it: that op is no communication event of the breakdown),
+    ``_a``/``_d`` its transfer."""
+    keep = (ops["rank"] == rank).to_numpy()
+    keep = keep & ops["in_window"].astype(bool).to_numpy() if window else keep
     mine = ops[keep]
     end = mine["start_ns"].to_numpy(dtype=np.int64) + np.rint(mine["dur_us"].to_numpy(dtype=float) * 1e3).astype(np.int64)
     start = mine["event_ns"].to_numpy(dtype=np.int64) if "event_ns" in mine else mine["start_ns"].to_numpy(np.int64)
@@ -66,19 +69,56 @@ def _p2p(ops: pd.DataFrame, arrive: tuple[np.ndarray, np.ndarray], rank) -> pd.D
     return mine.assign(_s=start, _e=end, _a=a, _d=np.clip(arrive[1][keep], a, end))
 
 
+def _waiting(ops, arrive, collectives, overlap, rank, window: bool = True) -> tuple[iv.Intervals, iv.Intervals]:
+    """The rank's P2P waiting that no transfer or collective covers: (all of it, the part not under compute)."""
+    p2p, calls = _p2p(ops, arrive, rank, window), _calls(collectives, rank, window)
+    covered = overlap[overlap["rank"] == rank]
+    waiting = iv.subtract(_set(p2p["_s"], p2p["_e"]), _set(p2p["_a"], p2p["_d"]))
+    waiting = iv.subtract(waiting, _set(calls["_s"], calls["_e"]))
+    return waiting, iv.subtract(waiting, _set(covered["start_ns"], covered["end_ns"]))
+
+
 def wait_accounting(ops: pd.DataFrame, arrive: np.ndarray, collectives: pd.DataFrame,
                     overlap: pd.DataFrame, ranks) -> pd.DataFrame:
     """``rank, p2p_wait_us`` (see the module docstring); 0 on a rank without P2P calls in the window."""
     rows = []
     for rank in ranks:  # one pass per rank
-        p2p, calls = _p2p(ops, arrive, rank), _calls(collectives, rank)
-        covered = overlap[overlap["rank"] == rank]
-        waiting = iv.subtract(_set(p2p["_s"], p2p["_e"]), _set(p2p["_a"], p2p["_d"]))
-        waiting = iv.subtract(waiting, _set(calls["_s"], calls["_e"]))
-        covered_wait = iv.total(*waiting)
-        waiting = iv.subtract(waiting, _set(covered["start_ns"], covered["end_ns"]))
-        rows.append({"rank": rank, "p2p_wait_us": iv.total(*waiting) / 1e3, "covered_wait_us": covered_wait / 1e3})
+        waiting, exposed = _waiting(ops, arrive, collectives, overlap, rank)
+        rows.append({"rank": rank, "p2p_wait_us": iv.total(*exposed) / 1e3, "covered_wait_us": iv.total(*waiting) / 1e3})
     return pd.DataFrame(rows, columns=["rank", "p2p_wait_us", "covered_wait_us"]).astype(np.float64).astype({"rank": int})
+
+
+def step_waits(ops: pd.DataFrame, arrive: np.ndarray, collectives: pd.DataFrame, overlap_all: pd.DataFrame,
+               steps: pd.DataFrame) -> pd.DataFrame:
+    """``rank, step, p2p_wait_us, covered_wait_us`` per step (``start_ns`` to ``start_ns + step_us``), as the rank's
+    but over all its P2P calls, collectives and ``comm ∩ compute`` (``overlap_all``: every step's, not the window's),
+    as ``metrics.step_breakdown`` splits every step's device events."""
+    parts = []
+    for rank, mine in steps.groupby("rank", sort=True):
+        waiting, exposed = _waiting(ops, arrive, collectives, overlap_all, rank, window=False)
+        lo = mine["start_ns"].to_numpy(dtype=np.int64)
+        hi = lo + np.rint(mine["step_us"].to_numpy(dtype=float) * 1e3).astype(np.int64)
+        parts.append(pd.DataFrame({"rank": rank, "step": mine["step"].to_numpy(),
+                                   "p2p_wait_us": iv.covered_within(exposed, lo, hi) / 1e3,
+                                   "covered_wait_us": iv.covered_within(waiting, lo, hi) / 1e3}))
+    cols = ["rank", "step", "p2p_wait_us", "covered_wait_us"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+
+
+def with_step_p2p_wait(steps: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
+    """The steps table split as the rank's (``with_p2p_wait``): ``p2p_wait_us`` out of ``comm_us`` and
+    ``exposed_comm_us``; the waiting under compute out of ``comm_us`` and ``overlap_us`` and into ``compute_us``
+    (compute not overlapped by communication). ``other_us`` is unchanged, so ``compute + overlap + exposed_comm +
+    p2p_wait + other = step_us``."""
+    keyed = waits.set_index(["rank", "step"])
+    at = pd.MultiIndex.from_arrays([steps["rank"], steps["step"]])
+    wait = keyed["p2p_wait_us"].reindex(at).fillna(0.0).to_numpy(dtype=float)
+    under = keyed["covered_wait_us"].reindex(at).fillna(0.0).to_numpy(dtype=float) - wait
+    ns = (lambda us: np.round(us, 3))  # the times are whole ns: no -3e-11 left by the subtraction
+    out = steps.assign(compute_us=ns(steps["compute_us"] + under), overlap_us=ns(steps["overlap_us"] - under),
+                       exposed_comm_us=ns(steps["exposed_comm_us"] - wait), comm_us=ns(steps["comm_us"] - wait - under))
+    out.insert(out.columns.get_loc("comm_us") + 1, "p2p_wait_us", np.where(steps["comm_us"].isna(), np.nan, wait))
+    return out
 
 
 def with_p2p_wait(ranks: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
@@ -86,8 +126,9 @@ def with_p2p_wait(ranks: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     ``exposed_comm_us`` (``overlap_pct`` again over what is left)."""
     wait = ranks["rank"].map(waits.set_index("rank")["p2p_wait_us"]).fillna(0.0).to_numpy()
     under = ranks["rank"].map(waits.set_index("rank")["covered_wait_us"]).fillna(0.0).to_numpy() - wait
-    out = ranks.assign(comm_us=ranks["comm_us"] - wait - under, overlap_us=ranks["overlap_us"] - under,
-                       exposed_comm_us=ranks["exposed_comm_us"] - wait,
+    ns = (lambda us: np.round(us, 3))  # the times are whole ns: no -3e-11 overlap (and negative %) from the subtraction
+    out = ranks.assign(comm_us=ns(ranks["comm_us"] - wait - under), overlap_us=ns(ranks["overlap_us"] - under),
+                       exposed_comm_us=ns(ranks["exposed_comm_us"] - wait),
                        p2p_wait_us=np.where(ranks["comm_us"].isna(), np.nan, wait))
     with np.errstate(divide="ignore", invalid="ignore"):
         out["overlap_pct"] = np.where(out["comm_us"] > 0, out["overlap_us"] / out["comm_us"] * 100, np.nan)

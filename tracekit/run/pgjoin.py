@@ -19,6 +19,7 @@ class Joined:
     p2p: pd.DataFrame          # summary.p2p
     mismatches: pd.DataFrame   # p2p_unmatched rows
     waits: pd.DataFrame        # rank, p2p_wait_us
+    step_waits: pd.DataFrame   # rank, step, p2p_wait_us, covered_wait_us (commdims.step_waits)
     comm_by_dim: pd.DataFrame
 
 
@@ -27,9 +28,8 @@ def join(results, collectives: pd.DataFrame, steps: pd.DataFrame, shift: dict[in
     (absolute ``start_ns``), ``collectives`` with ``match_id``."""
     groups = pgdims.group_table(r.meta.pg_config for r in results)
     calls = _stacked([r.p2p for r in results], P2P_OP_COLUMNS + ["in_window", "event_ns"], shift)
-    overlap = _stacked([r.comm_overlap for r in results], ["rank", "start_ns", "end_ns"], shift)
-    if len(overlap):
-        overlap = overlap.assign(end_ns=overlap["end_ns"] - overlap["rank"].map(shift).fillna(0).astype(np.int64))
+    overlap, overlap_all = (_moved([getattr(r, name) for r in results], shift)
+                            for name in ("comm_overlap", "comm_overlap_all"))
     peers = pairs_of.resolve_peers(calls, groups)
     pairs = pairs_of.pair(calls, peers)
     held = steps[["rank", "step"]]
@@ -51,7 +51,14 @@ def join(results, collectives: pd.DataFrame, steps: pd.DataFrame, shift: dict[in
     arrive = commdims.arrivals(calls, table)
     return Joined(collectives=collectives, calls=calls, p2p=table, mismatches=pairs_of.p2p_mismatches(table, calls),
                   waits=commdims.wait_accounting(calls, arrive, collectives, overlap, ranks),
+                  step_waits=commdims.step_waits(calls, arrive, collectives, overlap_all, steps),
                   comm_by_dim=commdims.comm_by_dim(calls, arrive, collectives, overlap, ranks))
+
+
+def _moved(frames: list[pd.DataFrame], shift: dict[int, int]) -> pd.DataFrame:
+    """The ranks' ``comm ∩ compute`` intervals, both ends on the corrected clock."""
+    out = _stacked(frames, ["rank", "start_ns", "end_ns"], shift)
+    return out.assign(end_ns=out["end_ns"] - out["rank"].map(shift).fillna(0).astype(np.int64)) if len(out) else out
 
 
 def _stacked(frames: list[pd.DataFrame], columns: list[str], shift: dict[int, int]) -> pd.DataFrame:

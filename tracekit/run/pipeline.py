@@ -114,7 +114,8 @@ def imbalance_ratio(per_stage: pd.Series) -> pd.Series:
 
 def _agreement(blocks: pd.DataFrame, rows: pd.DataFrame, layout: dict | None) -> np.ndarray:
     """Per row: % of its rank's blocks of the step at the position run.json's intended order puts them (of the
-    longer of the two lists)."""
+    longer of the two lists). An intended action with no block (it computed nothing: ZBV's first stage's ``I``, its
+    input needing no gradient) is left out of the order, so it does not shift every later block one place."""
     intended = (layout or {}).get("intended_schedule") if isinstance(layout, dict) else None
     if not isinstance(intended, dict):
         return np.full(len(rows), np.nan)
@@ -123,9 +124,11 @@ def _agreement(blocks: pd.DataFrame, rows: pd.DataFrame, layout: dict | None) ->
     place = blocks.groupby("rank")["stage"].min()
     scores = {}
     for (rank, step), group in blocks.sort_values("start_us").groupby(["rank", "step"]):  # one per rank and step
-        want = [a for a in intended.get(str(place[rank]), []) if isinstance(a, str) and _ACTION.match(a)]
         ran = (group["stage"].astype(str) + group["phase"] + group["microbatch"].astype(str)).tolist()
+        want = [a for a in intended.get(str(place[rank]), []) if isinstance(a, str) and _ACTION.match(a)]
         if want:
+            kept = set(ran)
+            want = [a for a in want if a in kept]
             same = sum(a == b for a, b in zip(want, ran))
             scores[(rank, step)] = same / max(len(want), len(ran)) * 100
     keys = list(zip(rows["rank"], rows["step"]))
