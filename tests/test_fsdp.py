@@ -270,7 +270,7 @@ def test_the_fsdp_page_shows_each_unit_and_the_findings(monkeypatch):
     for (phase, unit), want in f.groupby([f["phase"].astype(str), "unit"]):
         row = shown[(shown["phase"] == phase) & (shown["unit"] == unit)].iloc[0]
         assert row["allgather_exposed_ms"] == pytest.approx(want["allgather_exposed_us"].mean() / 1e3)
-        assert row["compute_only_ms"] == pytest.approx(want["compute_us"].mean() / 1e3)
+        assert row["compute_ms"] == pytest.approx(want["compute_us"].mean() / 1e3)
         verdicts = set(want["prefetch"].astype(str))
         assert row["prefetch"] == ("mixed" if verdicts >= {"prefetched", "on_demand"} else
                                    "prefetched" if "prefetched" in verdicts else

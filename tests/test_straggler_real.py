@@ -54,7 +54,7 @@ def test_compare_cli_prints_a_table():
                           check=True)
     lines = done.stdout.splitlines()
     assert any(line.split()[:1] == ["step_time_ms"] for line in lines)
-    assert any(line.split()[0] == "all_reduce_MB_per_step" and line.split()[-1] == "1.00x" for line in lines if line.split())
+    assert any(line.split()[0] == "all_reduce_MB_per_step" and line.split()[-2:] == ["1.00x", "trace"] for line in lines if line.split())
     as_json = json.loads(subprocess.run([sys.executable, "-m", "tracekit", "compare", str(a), str(b), "--json"],
                                         capture_output=True, text=True, check=True).stdout)
     metrics = {m["metric"]: m for m in as_json["metrics"]}
