@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
+SYNTHETIC = ROOT / "tests" / "golden_runs"
 SHARED_HTA = ROOT.parent / "shared" / "traces" / "hta"
 WHOLE_ROWS = 40
 # Every table but the graph (its rows are the critical path's and the replays' input, checked through them).
@@ -26,10 +27,12 @@ DIGITS = 6
 
 
 def runs() -> list[Path]:
-    """Every bundled sample run and every shared HTA run."""
+    """Every bundled sample run, every synthetic GPU run (``tests/golden_runs``: what no real trace here exercises, made
+    by ``python -m tests.golden_runs.make``) and every shared HTA run."""
     samples = sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir())
+    synthetic = sorted(p for p in SYNTHETIC.iterdir() if p.is_dir() and p.name != "__pycache__")
     shared = sorted(p for p in SHARED_HTA.iterdir() if p.is_dir()) if SHARED_HTA.is_dir() else []
-    return samples + shared
+    return samples + synthetic + shared
 
 
 def _rounded(value):

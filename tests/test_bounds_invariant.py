@@ -1,7 +1,8 @@
 """Issue 33's invariant: no number tracekit prints exceeds its physical bound. pct_of_roofline <= 100, MFU <= 100,
 achieved TFLOPS/s <= the peak at the op's math key, achieved GB/s <= the bandwidth it is judged against (the host
 link for host <-> device copies). Checked on every trace in ../shared/traces/hta and sample_traces (none of which
-records shapes on a known device: they pass without a roofline, so the synthetic traces below carry the test), and
+records shapes on a known device: they pass without a roofline, so the synthetic traces below carry the test), on
+the synthetic golden runs (tests/golden_runs: synth-a100-gemm has rooflines and MFU), and
 on synthetic A100 / MI300X traces of every dtype and op class with drawn durations and kernel names (hypothesis)."""
 
 import math
@@ -20,7 +21,8 @@ from tests.tracedata import cpu, step, write_trace
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces" / "hta"
 TRACES = sorted([*(p for p in SHARED.iterdir() if p.is_dir() and p.name != "LICENSE")] if SHARED.is_dir() else []) + \
-    sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir())
+    sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir()) + \
+    sorted(p for p in (ROOT / "tests" / "golden_runs").iterdir() if p.is_dir() and p.name.startswith("synth-"))
 BY_NAME = {p.name: p for p in devices.PEAKS}
 
 

@@ -4,7 +4,7 @@ For ``no_host_gaps``, ``no_data_wait``, ``perfect_overlap``, ``no_straggler`` an
 replayed event starts and ends no later than measured, so does every step boundary, and the window's mean step is
 never longer (one step may grow when the one before it shrinks more). Checked on random graphs shaped like a run's
 (host lanes of markers, launches, syncs and host ops; device lanes of kernels that may overlap; collectives across
-ranks whose clocks may disagree) and on every sample and shared trace.
+ranks whose clocks may disagree) and on every sample, shared and synthetic golden trace (tests/golden_runs).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from tracekit.rank.graph import NODE_CATS
 REMOVING = ("no_host_gaps", "no_data_wait", "perfect_overlap", "no_straggler", "comm_x1", "comm_x2", "comm_x1.5")
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir()) + sorted(
-    p for p in (ROOT.parent / "shared" / "traces" / "hta").glob("*") if p.is_dir())
+    p for p in (ROOT.parent / "shared" / "traces" / "hta").glob("*") if p.is_dir()) + sorted(
+    p for p in (ROOT / "tests" / "golden_runs").iterdir() if p.is_dir() and p.name.startswith("synth-"))
 EPS_NS = 1e-6
 
 

@@ -95,9 +95,9 @@ def implausible(coll: pd.DataFrame, group: np.ndarray, start_ns: np.ndarray) -> 
 
 
 def mismatches(coll: pd.DataFrame, group: np.ndarray, expected_ranks, bad_timing=()) -> pd.DataFrame:
-    """Collectives that do not line up across ranks: missing on some ranks, different sizes or ops at one position,
-    a different op order, or a match whose timing is impossible. ``expected_ranks(pg)`` gives the ranks read that
-    belong to a process group."""
+    """Collectives that do not line up across ranks: missing on some ranks (never an expert-parallel kernel, which is
+    matched with nothing), different sizes or ops at one position, a different op order, or a match whose timing is
+    impossible. ``expected_ranks(pg)`` gives the ranks read that belong to a process group."""
     columns = list(MISMATCH_COLUMNS)
     if coll.empty:
         return pd.DataFrame(columns=columns)
@@ -106,7 +106,9 @@ def mismatches(coll: pd.DataFrame, group: np.ndarray, expected_ranks, bad_timing
     by_group = frame.groupby("g", sort=False)
     present = by_group["rank"].nunique()
     wanted = by_group["pg_key"].first().map(lambda key: len(expected_ranks(key)))
-    odd = set(present.index[present < wanted]) | set(bad_timing)
+    # An expert-parallel kernel is matched with nothing on purpose (``match_keys``): it is not missing elsewhere.
+    alone = set(np.unique(group[_expert_parallel(coll)]).tolist())
+    odd = set(present.index[present < wanted].difference(list(alone))) | set(bad_timing)
     odd |= set(by_group["agreed"].nunique().pipe(lambda n: n.index[n > 1]))
     odd |= set(by_group["op"].nunique().pipe(lambda n: n.index[n > 1]))
     rows = []
