@@ -57,3 +57,11 @@ def context() -> Context:
                 "`python -m workloads.resnet --profile` (it writes under `runs/`).")
         st.stop()
     return ctx
+
+
+def show_findings(findings) -> None:
+    """Each finding as a box coloured by its severity: its message in bold, then the recommendation."""
+    for f in findings:
+        box = st.error if f.severity in ("high", "critical") else st.warning if f.severity in ("medium", "warning") \
+            else st.info
+        box(f"**{f.message}**  \n{f.recommendation}")

@@ -63,6 +63,4 @@ mine = [f for f in s.findings if str(f.kind).startswith("fsdp_")]
 if not mine:
     st.success("None: units' waits for all-gathers, float32 gathers, the last reduce-scatter and unit sizes are all "
                "under their thresholds (tracekit/findings/fsdp_findings.py).")
-for f in mine:
-    box = st.error if f.severity == "high" else st.warning if f.severity == "medium" else st.info
-    box(f"**{f.message}**  \n{f.recommendation}")
+state.show_findings(mine)

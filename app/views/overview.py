@@ -36,9 +36,7 @@ for row in range(0, len(cards), 4):
 st.subheader("Findings")
 if not s.findings:
     st.success("None: no check fired. Checked: " + "; ".join(checked()) + ".")
-for f in s.findings:
-    box = st.error if f.severity in ("high", "critical") else st.warning if f.severity in ("medium", "warning") else st.info
-    box(f"**{f.message}**  \n{f.recommendation}")
+state.show_findings(s.findings)
 
 st.subheader("Per rank")
 ranks = fmt.display_units(s.ranks)

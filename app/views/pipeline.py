@@ -40,6 +40,4 @@ mine = [f for f in s.findings if f.kind in ("pipeline_bubble", "stage_imbalance"
 if not mine:
     st.success("None: the bubble and the stages' compute are under their thresholds "
                "(tracekit/findings/pipeline_findings.py).")
-for f in mine:
-    box = st.error if f.severity == "high" else st.warning if f.severity == "medium" else st.info
-    box(f"**{f.message}**  \n{f.recommendation}")
+state.show_findings(mine)
