@@ -113,7 +113,7 @@ def _size_on_disk(files) -> int | None:
         return None
 
 
-def whatif(run: Summary | str | Path, scenarios=predict.SCENARIOS, compute_scale: dict[int, float] | None = None,
+def whatif(run: Summary | str | Path, scenarios=None, compute_scale: dict[int, float] | None = None,
            **summarize_kwargs) -> pd.DataFrame:
     """``tracekit.predict.scenarios.whatif`` of a Summary, or of a run folder summarized with ``summarize_kwargs``.
 
@@ -191,15 +191,15 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     summary = Summary(ranks=ranks, steps=steps, collectives=collectives, gaps=gaps, run=run, stragglers=slow,
                    imbalance=crossrank.imbalance(steps), mismatches=mismatches, p2p=joined.p2p,
                    comm_by_dim=joined.comm_by_dim,
-                   findings=run_findings(ranks, collectives, slow, run, joined.comm_by_dim, fsdp, steps,
-                                         tables["memory"]),
+                   findings=pipeline_findings.merged(run_findings(ranks, collectives, slow, run, joined.comm_by_dim,
+                                                                  fsdp, steps, tables["memory"]), pipeline),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, pipeline=pipeline,
                    pipeline_blocks=pipeline_blocks, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None, joined.calls)
-    found = pipeline_findings.merged(roofline_findings.merged(summary.findings, summary.optimization), summary.pipeline)
+    found = roofline_findings.merged(summary.findings, summary.optimization)
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
     return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
 

@@ -294,7 +294,8 @@ GRAPH_COLUMNS = {
 }
 # tracekit.whatif: one row per scenario.
 WHATIF_COLUMNS = {
-    "scenario": "baseline, no_straggler, comm_x<k>, perfect_overlap, no_host_gaps or no_data_wait",
+    "scenario": "baseline, no_straggler, comm_x<k>, perfect_overlap, no_host_gaps, no_data_wait, and on pipeline "
+                "runs balanced_stages and microbatches_x2",
     "step_time_us": "replayed mean step time: mean over ranks of each rank's mean window step",
     "speedup": "baseline step_time_us / this one", "saving_us": "baseline - this, per step", "saving_pct":
     "saving_us / baseline x 100", "reason": "'' where known, else why not (predict.scenarios.whatif)"}

@@ -21,17 +21,19 @@ COLUMNS = ("scenario", "step ms", "speed-up", "saving ms", "saving %")
 
 
 def add_whatif(commands) -> None:
-    from tracekit.predict.scenarios import SCENARIOS
+    from tracekit.predict.scenarios import PIPELINE_SCENARIOS, SCENARIOS
 
     cmd = commands.add_parser("whatif", help="predict the step time under changes, by replaying the run",
                               description="Replay the run's dependency graph with measured times changed per "
                                           "scenario and print the predicted mean step time of each: "
-                                          + ", ".join(SCENARIOS) + ", comm_x<k> (transfers k times faster). "
+                                          + ", ".join(SCENARIOS) + ", comm_x<k> (transfers k times faster), and on "
+                                          "pipeline runs " + ", ".join(PIPELINE_SCENARIOS) + ". "
                                           "Times in ms, saving against the baseline step, speed-up = baseline / "
                                           "scenario; --json: the raw table (microseconds).")
     cmd.add_argument("trace_dir", help="folder with one torch.profiler trace per rank, or one trace file")
     cmd.add_argument("--scenario", action="append", default=None, metavar="NAME",
-                     help="a scenario to replay (repeatable; default: all of " + ", ".join(SCENARIOS) + ")")
+                     help="a scenario to replay (repeatable; default: all of " + ", ".join(SCENARIOS)
+                          + ", and " + ", ".join(PIPELINE_SCENARIOS) + " on a pipeline run)")
     add_json_options(cmd, "print the table as JSON records (times in microseconds; reason: why a record "
                           "is unknown, '' where known)")
     add_window_option(cmd)
@@ -40,18 +42,20 @@ def add_whatif(commands) -> None:
 
 
 def whatif(args) -> int:
-    from tracekit.predict.scenarios import SCENARIOS, whatif as predict
+    from tracekit.predict.scenarios import whatif as predict
 
     try:
         summary = summarize(args.trace_dir, window=args.window, **scale_options(args))
-        table = predict(summary, scenarios=args.scenario or SCENARIOS)
+        table = predict(summary, scenarios=args.scenario)
     except ValueError as err:
         return fail(str(err))
     # Why a prediction is unknown, from the Summary's data quality (nothing said where it knows no reason): every
     # note once, under the table. The table's reason column says it per row (these notes joined by '; ', which a note
-    # may hold itself: so they are not split back out of it).
-    unknown = table.loc[table["step_time_us"].isna(), "scenario"].astype(str)
-    why = list(dict.fromkeys(line for name in unknown for line in quality.whatif_notes(summary.data_quality, name)))
+    # may hold itself: so they are not split back out of it). A reason no note gives (a pipeline scenario's) is said
+    # with its scenario's name.
+    unknown = table.loc[table["step_time_us"].isna(), ["scenario", "reason"]].astype(str)
+    why = list(dict.fromkeys(line for name, reason in unknown.itertuples(index=False)
+                             for line in quality.whatif_notes(summary.data_quality, name) or [f"{name}: {reason}"]))
     if args.json:  # each record carries its reason (the table's column); the notes go to stderr as well
         sys.stdout.write(as_json(msgspec.json.encode(table.astype(object).where(table.notna(), None)
                                                    .to_dict("records")).decode(), args.indent))

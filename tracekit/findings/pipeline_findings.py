@@ -1,10 +1,12 @@
 """The pipeline's findings: the bubble against the schedule's theory (``pipeline_bubble``) and the slowest stage
 (``stage_imbalance``), from ``summary.pipeline`` (``tracekit.run.pipeline``).
 
-A stage's weight is what one microbatch costs it (``run.pipeline.microbatch_compute_us``). The saving a rebalanced
-pipeline would make is an estimate from it, not a replay: with equal microbatches a pipeline runs at its slowest
-stage's pace, v·m + p − 1 slots of it per step (m microbatches, p stages, v per rank), so bringing the slowest
-stage's microbatch cost down to the next slowest's saves about (v·m + p − 1) × their difference, at most the step.
+A stage's weight is what one microbatch costs it (``run.pipeline.microbatch_compute_us``). What a fix saves is
+predicted afterwards, by ``predict.scenarios.annotate_findings``: ``balanced_stages`` (a replay) for the slowest
+stage, ``microbatches_x2`` (the schedule simulated) for the bubble. The evidence also keeps a closed-form estimate
+of the rebalancing: with equal microbatches a pipeline runs at its slowest stage's pace, v·m + p − 1 slots of it
+per step (m microbatches, p stages, v per rank), so bringing the slowest stage's microbatch cost down to the next
+slowest's saves about (v·m + p − 1) × their difference, at most the step.
 """
 
 from __future__ import annotations
@@ -98,9 +100,7 @@ def _imbalance(rows: pd.DataFrame) -> Finding | None:
     stage, ranks = int(heavy["stage"]), tuple(heavy["ranks"])
     message = (f"Stage {stage} (rank {', '.join(map(str, ranks))}) computes {ratio:.2f}x the median of the other "
                f"stages per microbatch ({heavy['microbatch_us']:,.0f} us vs {median_others:,.0f} us); every stage "
-               f"runs at its pace. Estimated saving from balancing it with the next slowest stage: {saving:,.0f} us "
-               f"per step ({saving / step_us:.0%}), an estimate from the per-stage compute ((v·m+p-1) x the "
-               "per-microbatch excess), not a replay.")
+               "runs at its pace.")
     recommendation = (f"Move layers off stage {stage} to its neighbours, splitting the model by measured compute per "
                       "stage rather than by layer or parameter count (the loss and the embedding weigh on the last "
                       "and first stages), or give the stage fewer layers when the schedule has several stages per "

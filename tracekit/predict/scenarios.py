@@ -15,6 +15,11 @@ finds where every other event moves, so the critical path may change):
                    for before launching them (a sync, a spin-wait); on CPU-only ranks, the training thread's
                    unrecorded time between ops (not data loading, not waits) is removed
   no_data_wait     DataLoader ``__next__`` and everything inside it takes no time
+  balanced_stages  pipeline runs: the slowest stage's block compute cut to the median of the other stages' per
+                   microbatch (``pipeline_whatif.balanced_scale``)
+  microbatches_x2  pipeline runs: twice the microbatches at the same global batch, each half the size; not a
+                   replay but the schedule simulated both ways, added to the measured step
+                   (``pipeline_whatif.microbatch_prediction``)
 
 ``compute_scale`` ({rank: factor}) multiplies the compute nodes' own times, after the scenario's changes (the cut
 of ``no_straggler`` is measured on the trace as it is).
@@ -30,7 +35,8 @@ import pandas as pd
 
 from tracekit import quality as quality_notes
 from tracekit import schema
-from tracekit.predict import replay
+from tracekit.predict import pipeline_whatif, replay
+from tracekit.predict.pipeline_whatif import PIPELINE_SCENARIOS
 
 SCENARIOS = ("baseline", "no_straggler", "comm_x2", "perfect_overlap", "no_host_gaps", "no_data_wait")
 WHATIF_COLUMNS = list(schema.WHATIF_COLUMNS)[:-1]  # the replay's (predict_graph); whatif adds the reason
@@ -42,17 +48,26 @@ _FIX = {"straggler": ("no_straggler", "removing rank {ranks}'s delay"),
         "straggler_suspected": ("no_straggler", "removing rank {ranks}'s delay"),
         "exposed_comm": ("perfect_overlap", "hiding all communication"),
         "data_loading": ("no_data_wait", "removing DataLoader waits"),
-        "host_bound": ("no_host_gaps", "removing host gaps"), "host_unrecorded": ("no_host_gaps", "removing host gaps")}
+        "host_bound": ("no_host_gaps", "removing host gaps"), "host_unrecorded": ("no_host_gaps", "removing host gaps"),
+        "stage_imbalance": ("balanced_stages", "the slowest stage's compute brought to the others' median"),
+        "pipeline_bubble": ("microbatches_x2", "twice the microbatches at the same global batch")}
 
 
-def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None = None):
+def default_scenarios(summary) -> tuple[str, ...]:
+    """``SCENARIOS``, and ``PIPELINE_SCENARIOS`` on a run with pipeline stages."""
+    has_pipeline = summary.pipeline is not None and not summary.pipeline.empty
+    return SCENARIOS + PIPELINE_SCENARIOS if has_pipeline else SCENARIOS
+
+
+def whatif(summary, scenarios=None, compute_scale: dict[int, float] | None = None):
     """Predicted mean step time of the run under each scenario, by replaying its dependency graph.
 
     ``tracekit.whatif`` (``tracekit.api.whatif``) also takes a run folder and summarizes it first.
 
     Args:
       summary: the run's ``Summary``.
-      scenarios: names from ``SCENARIOS`` or ``comm_x<k>`` (k > 0).
+      scenarios: names from ``SCENARIOS``, ``PIPELINE_SCENARIOS`` or ``comm_x<k>`` (k > 0); None for
+        ``default_scenarios``.
       compute_scale: rank -> factor applied to the compute nodes' own times in every scenario (e.g. to model a
         run where ranks compute more slowly); None for none.
     Returns a DataFrame: scenario, step_time_us (mean over ranks of the mean window step), speedup (baseline step
@@ -61,7 +76,27 @@ def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None 
     none applies, that the graph is empty, or ``UNKNOWN_REASON``).
 
     """
-    table = predict_graph(summary.graph, _window(summary.steps), scenarios, compute_scale)
+    names = list(default_scenarios(summary) if scenarios is None else
+                 [scenarios] if isinstance(scenarios, str) else scenarios)
+    for name in names:
+        _check(name)
+    window = _window(summary.steps)
+    cat = _cats(summary.graph) if not summary.graph.empty else np.array([], dtype=object)
+    stage_scale, stage_reason = pipeline_whatif.balanced_scale(summary.graph, summary.pipeline,
+                                                               summary.pipeline_blocks, cat)
+    replays = [n for n in names if n != "microbatches_x2"]
+    table = predict_graph(summary.graph, window, ["baseline", *replays], compute_scale,
+                          stage_scale=stage_scale).drop_duplicates("scenario").set_index("scenario")
+    pipeline_reason = {"balanced_stages": stage_reason}
+    if "microbatches_x2" in names:
+        base = float(table.loc["baseline", "step_time_us"])
+        predicted, _, why = pipeline_whatif.microbatch_prediction(
+            summary.pipeline, summary.pipeline_blocks, summary.p2p, base, compute_scale=compute_scale)
+        pipeline_reason["microbatches_x2"] = why
+        table.loc["microbatches_x2", "step_time_us"] = predicted
+        table.loc["microbatches_x2", ["speedup", "saving_us", "saving_pct"]] = [
+            base / predicted, base - predicted, (base - predicted) / base * 100]
+    table = table.loc[names].reset_index()[WHATIF_COLUMNS]
     quality = summary.data_quality
     if quality["device_events_absent"].astype(bool).any():
         # A device rank whose kernels were not collected: what the device did is unknown, so is any change to it.
@@ -69,15 +104,18 @@ def whatif(summary, scenarios=SCENARIOS, compute_scale: dict[int, float] | None 
         table.loc[changed, ["step_time_us", "speedup", "saving_us", "saving_pct"]] = np.nan
     # The reason beside each unknown row, so a pandas user sees it too (the CLI prints these notes under its table).
     empty = ["the run has no dependency graph to replay (no events that take time)"] if summary.graph.empty else []
-    table["reason"] = ["" if known else "; ".join(quality_notes.whatif_notes(quality, name) or empty)
-                       or UNKNOWN_REASON for name, known in zip(table["scenario"], table["step_time_us"].notna())]
+    table["reason"] = ["" if known else pipeline_reason.get(name) or "; ".join(
+                       quality_notes.whatif_notes(quality, name) or empty) or UNKNOWN_REASON
+                       for name, known in zip(table["scenario"], table["step_time_us"].notna())]
     return table
 
 
 def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCENARIOS,
-                  compute_scale: dict[int, float] | None = None, model: replay.Model | None = None) -> pd.DataFrame:
+                  compute_scale: dict[int, float] | None = None, model: replay.Model | None = None,
+                  stage_scale: np.ndarray | None = None) -> pd.DataFrame:
     """``whatif`` on a run graph and the window's (rank, step) pairs; ``model``: the graph's ``replay.measure``,
-    when the caller has it already."""
+    when the caller has it already; ``stage_scale``: ``pipeline_whatif.balanced_scale``'s factors (without them,
+    ``balanced_stages`` is unknown)."""
     names = [scenarios] if isinstance(scenarios, str) else list(scenarios)
     for name in names:
         _check(name)
@@ -85,10 +123,11 @@ def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCE
         return pd.DataFrame({"scenario": names, "step_time_us": np.nan, "speedup": np.nan, "saving_us": np.nan,
                              "saving_pct": np.nan})
     model = replay.measure(graph) if model is None else model
-    shared = _Shared(cat=_cats(graph))  # once, not per scenario
+    shared = _Shared(cat=_cats(graph), stage_scale=stage_scale)  # once, not per scenario
     base = _step_us(graph, model, "baseline", window_steps, compute_scale or {}, shared)
-    times = [base if name == "baseline" else _step_us(graph, model, name, window_steps, compute_scale or {}, shared)
-             for name in names]
+    times = [base if name == "baseline" else np.nan if name == "microbatches_x2" or (name == "balanced_stages"
+                                                                                     and stage_scale is None)
+             else _step_us(graph, model, name, window_steps, compute_scale or {}, shared) for name in names]
     table = pd.DataFrame({"scenario": names, "step_time_us": times})
     table["speedup"] = base / table["step_time_us"]
     table["saving_us"] = base - table["step_time_us"]
@@ -102,11 +141,12 @@ def _cats(graph: pd.DataFrame) -> np.ndarray:
 
 
 def _check(name: str) -> None:
-    if name in SCENARIOS:
+    if name in SCENARIOS or name in PIPELINE_SCENARIOS:
         return
     match = _COMM_X.match(name)
     if match is None or float(match.group(1)) <= 0:
-        raise ValueError(f"unknown scenario {name!r}: use one of {', '.join(SCENARIOS)} or comm_x<k> with k > 0")
+        raise ValueError(f"unknown scenario {name!r}: use one of {', '.join(SCENARIOS + PIPELINE_SCENARIOS)} "
+                         "or comm_x<k> with k > 0")
 
 
 def _window(steps: pd.DataFrame) -> pd.DataFrame:
@@ -117,19 +157,21 @@ def _window(steps: pd.DataFrame) -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class _Shared:
-    """What every scenario of one graph reads: the node categories."""
+    """What every scenario of one graph reads: the node categories, and ``balanced_stages``'s factors."""
 
     cat: np.ndarray
+    stage_scale: np.ndarray | None = None
 
 
 def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -> float:
-    start, end = replayed(graph, model, name, compute_scale, shared.cat)
+    start, end = replayed(graph, model, name, compute_scale, shared.cat, shared.stage_scale)
     return replay.mean_step_us(replay.step_times(graph, start, end, window_steps))
 
 
 def replayed(graph: pd.DataFrame, model: replay.Model, name: str, compute_scale: dict[int, float] | None = None,
-             cat: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of every node of ``graph`` replayed under scenario ``name`` (``cat``: ``_cats(graph)``)."""
+             cat: np.ndarray | None = None, stage_scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of every node of ``graph`` replayed under scenario ``name`` (``cat``: ``_cats(graph)``;
+    ``stage_scale``: ``balanced_stages``'s factor per node)."""
     # A delay is host time (``delay - busy``) plus, on CPU-only ranks, enclosing ops' own time (``busy``).
     host, busy, tail, ps, pe = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps, model.pe
     cat = _cats(graph) if cat is None else cat
@@ -149,6 +191,8 @@ def replayed(graph: pd.DataFrame, model: replay.Model, name: str, compute_scale:
         host_factor, tail_factor, busy_factor = straggler_factors(graph, model, cat)
         host = np.where(host > 0, host * host_factor, host)
         tail, busy = tail * tail_factor, busy * busy_factor
+    elif name == "balanced_stages":
+        tail, busy = tail * stage_scale, busy * stage_scale
     if not (match and float(match.group(1)) < 1):  # comm_x0.5 slows communication down: it adds work
         # The others only remove work: a positive time shrinks, a negative one (a measured overlap) stays.
         host, busy, tail = (replay.cut(m, x) for m, x in ((model.delay - model.busy, host), (model.busy, busy),
@@ -245,15 +289,26 @@ def straggler_factors(graph: pd.DataFrame, model: replay.Model,
 
 
 def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.DataFrame,
-                      model: replay.Model | None = None) -> tuple:
+                      model: replay.Model | None = None, pipeline: pd.DataFrame | None = None,
+                      blocks: pd.DataFrame | None = None, p2p: pd.DataFrame | None = None) -> tuple:
     """The findings, each whose fix a scenario models quoting the replay's predicted saving in its message and
     evidence (``predicted_step_us``, ``predicted_saving_us``, ``scenario``). A saving under ``NO_GAIN_PCT`` of the
     step is worded as no measurable gain; the severity stays what was measured (the replay models the host's pace
-    from the trace, so a device-bound run whose host was throttled only inside its launch calls would be missed)."""
+    from the trace, so a device-bound run whose host was throttled only inside its launch calls would be missed).
+    ``pipeline``, ``blocks``, ``p2p``: the Summary's pipeline tables and pairs, for the pipeline scenarios."""
     wanted = sorted({_FIX[f.kind][0] for f in findings if f.kind in _FIX})
     if not wanted or graph.empty:
         return findings
-    table = predict_graph(graph, window_steps, ["baseline", *wanted], model=model).set_index("scenario")
+    stage_scale = None
+    if "balanced_stages" in wanted:
+        stage_scale, _ = pipeline_whatif.balanced_scale(graph, pipeline, blocks, _cats(graph))
+    table = predict_graph(graph, window_steps, ["baseline", *wanted], model=model,
+                          stage_scale=stage_scale).set_index("scenario")
+    base = float(table.loc["baseline", "step_time_us"])
+    if "microbatches_x2" in wanted:
+        predicted, _, _ = pipeline_whatif.microbatch_prediction(pipeline, blocks, p2p, base)
+        table.loc["microbatches_x2", ["step_time_us", "saving_us", "saving_pct"]] = [
+            predicted, base - predicted, (base - predicted) / base * 100]
     out = []
     for f in findings:
         if f.kind not in _FIX or not np.isfinite(table.loc[_FIX[f.kind][0], "step_time_us"]):
@@ -265,12 +320,12 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
         saving = f"-{row['saving_us'] / 1e3:.1f} ms/step (-{row['saving_pct']:.0f}%)"
         evidence = {**f.evidence, "scenario": scenario, "predicted_step_us": float(row["step_time_us"]),
                     "predicted_saving_us": float(row["saving_us"])}
+        how = "Predicted by replay" if scenario != "microbatches_x2" else "Predicted by simulating the schedule"
         if row["saving_pct"] < NO_GAIN_PCT:  # what was seen is true, but the replay finds no faster step from the fix
-            base = table.loc["baseline", "step_time_us"]
-            saving = (f"no measurable gain ({row['step_time_us'] / 1e3:.1f} against {base / 1e3:.1f} ms/step): the "
-                      "steps' critical paths do not wait on it")
-        out.append(dataclasses.replace(f, message=f"{f.message} Predicted by replay: {text}: {saving}.",
-                                       evidence=evidence))
+            why = ("the steps' critical paths do not wait on it" if scenario != "microbatches_x2" else
+                   "the smaller microbatches' own cost outweighs the shorter fill and drain")
+            saving = f"no measurable gain ({row['step_time_us'] / 1e3:.1f} against {base / 1e3:.1f} ms/step): {why}"
+        out.append(dataclasses.replace(f, message=f"{f.message} {how}: {text}: {saving}.", evidence=evidence))
     return tuple(out)
 
 
@@ -296,5 +351,6 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
     device_ranks = {int(r) for r in summary.ranks.loc[summary.ranks["device"] != "cpu", "rank"]}
     gains = optimization(graph, model, window_steps, summary.ops, kernel_ops, device_ranks, events)
     return dataclasses.replace(summary, graph=graph, critical_path=path, critical_path_events=events,
-                               findings=annotate_findings(summary.findings, graph, window_steps, model),
+                               findings=annotate_findings(summary.findings, graph, window_steps, model, summary.pipeline,
+                                                          summary.pipeline_blocks, summary.p2p),
                                optimization=gains)
