@@ -296,3 +296,28 @@ def test_steps_split_p2p_waiting_out_as_the_ranks_do(tmp_path):
     window = s.steps[s.steps["in_window"]].groupby("rank")[["p2p_wait_us", "comm_us", "exposed_comm_us"]].sum()
     ranks = s.ranks.set_index("rank")
     assert window.values.tolist() == ranks.loc[window.index, ["p2p_wait_us", "comm_us", "exposed_comm_us"]].values.tolist()
+
+
+def test_a_receive_posted_early_holds_its_thread_only_while_it_waits(tmp_path):
+    """A runtime pipeline schedule posts a receive, computes, then waits for it inside its next action: gloo's span
+    runs from the post (20) to the wait's return (400), but the thread computed until 300. Rank 0 posts its send at
+    100: the sender was not late for a receiver that began waiting at 300 (recv_wait 0), and the transfer is the
+    blocked part, 300..400 (not 100..400). The critical path through the receive counts those 100 us as transfer
+    and the 270 us of compute before it as compute."""
+    r0 = [step(1, 0, 1000), *gloo_p2p("send", 100, 10, 150, 1)]
+    # Rank 1's step ends last (1100), so the step's critical path ends on it.
+    r1 = [step(1, 0, 1100), *gloo_p2p("recv", 10, 10, 400, 0), cpu("aten::mm", 30, 270), cpu("aten::mm", 400, 100)]
+    write_rank(tmp_path / "rank-0.json", r0, 0, DEFAULT)
+    write_rank(tmp_path / "rank-1.json", r1, 1, DEFAULT)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    p = s.p2p.iloc[0]
+    assert (p["status"], p["recv_wait_us"], p["send_wait_us"], p["transfer_us"]) == ("matched", 0, 0, 100)
+    g = s.graph
+    recv = g.index[(g["name"] == "gloo:recv").to_numpy()][0]
+    assert g.loc[int(g.loc[recv, "dr"]), "start_ns"] == 30_000  # its end waits on the first mm, not on its own post
+    events = s.critical_path_events
+    mine = events[(events["rank"] == 1) & (events["name"] == "gloo:recv")]
+    assert mine["category"].astype(str).tolist() == ["comm_transfer"]
+    assert (mine["end_us"] - mine["start_us"]).sum() == pytest.approx(100)
+    mm = events[(events["rank"] == 1) & (events["name"] == "aten::mm") & (events["category"] == "compute")]
+    assert (mm["end_us"] - mm["start_us"]).sum() == pytest.approx(370)

@@ -11,7 +11,8 @@ waited for, or, for a collective, the last rank to arrive. Each piece of time on
   launch         launch calls, the latency from a launch to its kernel, a gloo collective's hand-off
   host           host time no event records, between calls (Python, a sleep); on GPU ranks, launch overhead
   data           DataLoader ``__next__``
-  sync           a synchronizing call waiting for the device to drain
+  sync           a synchronizing call waiting for the device to drain (a gloo send/recv's wait once its thread
+                 blocked in it is comm_transfer)
   other          anything else (a wake-up after a wait, a host op that is none of the above)
   unknown        from the step's start to the first event the walk reached that the trace links to nothing
                  earlier (e.g. a collective recorded without the op that enqueued it): what bound it is not recorded
@@ -153,7 +154,10 @@ class _Walker:
                 lo = self.start[i] if by < 0 else (self.start[by] if self.end_kind[i] == 1 else self.end[by])
                 cat = self.cats[self.cat_codes[i]]
                 own = "data" if self.in_data[i] else _OWN[cat]  # ops a DataLoader runs are data loading
-                piece(i, lo, self.end[i], cat, own if by < 0 else ("comm_transfer" if self.end_kind[i] == 1 else "sync"))
+                # Bound by its dr input: a sync waiting for the device, or a gloo send/recv its thread blocked in
+                # once its last op ended (``rank.graph._blocked_from``): that part is the call's transfer.
+                bound = "comm_transfer" if self.end_kind[i] == 1 or cat == "comm" else "sync"
+                piece(i, lo, self.end[i], cat, own if by < 0 else bound)
                 if by < 0:
                     phase = "start"
                 elif self.end_kind[i] == 1:

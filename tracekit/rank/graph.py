@@ -130,8 +130,10 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
         added.append(marker)
     nodes = pd.concat([nodes, *added], ignore_index=True)
     del added
+    nodes["thread_lane"] = -1
     if not on_gpu and p2p is not None and len(p2p):  # gloo's async P2P spans overlap the thread's later ops
         own = np.flatnonzero(np.isin(nodes["row"].to_numpy(), p2p["row"].to_numpy()))
+        nodes.loc[own, "thread_lane"] = nodes["lane"].to_numpy()[own]
         nodes.loc[own, "lane"] = -2 - nodes["row"].to_numpy()[own]  # a lane of its own each
     nodes["name"] = nodes["name"].cat.remove_unused_categories()
     nodes.loc[nodes["in_data"].to_numpy() & (nodes["cat"] == "host").to_numpy(), "cat"] = "data"
@@ -158,7 +160,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     if end_bound is not None:  # the last step ends when its device work does: the end marker waits for it
         pe[int(np.flatnonzero(node_rows == _END_ROW)[0])] = int(position[end_bound])
     del position, node_rows
-    dr = _drains(nodes) if on_gpu else np.full(len(nodes), -1, dtype=np.int64)
+    dr = _drains(nodes) if on_gpu else _blocked_from(nodes, pe)
     if on_gpu:  # host time that waited on the device with no sync recorded (``tracekit.rank.spinwait``)
         pe, dr = spin_waits(nodes, pe, dr)
     out = nodes.assign(ps=ps, pe=pe, dr=dr,
@@ -281,6 +283,60 @@ def _waits(nodes: pd.DataFrame, on_gpu: bool, ps: np.ndarray) -> np.ndarray:
         best, best_lag = np.where(ok, c, best), np.where(ok, lag, best_lag)
     pe[waiting] = best
     return pe
+
+
+def _blocked_from(nodes: pd.DataFrame, pe: np.ndarray) -> np.ndarray:
+    """CPU ranks: each gloo send/recv ends after the last node of its thread that ended before it (``dr``).
+
+    gloo records a P2P call from its post to the return of its ``wait()``, which can come much later (a pipeline
+    schedule posts a receive, computes, and waits inside its next action). While the thread ran other ops, the call
+    was not what held it: its own time (``tail``) is only the part after the thread's last op, where the thread
+    was blocked in the wait; the critical path before that runs through the thread's work. The node is one that
+    comes before every thread node that waits for the call (``pe``): those follow the wait, not precede it."""
+    dr = np.full(len(nodes), -1, dtype=np.int64)
+    thread = nodes["thread_lane"].to_numpy()
+    calls = np.flatnonzero(thread >= 0)
+    if len(calls) == 0:
+        return dr
+    start, end, lane = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy(), nodes["lane"].to_numpy()
+    real = (nodes["cat"] != "marker").to_numpy()
+    first_waiter = np.full(len(nodes), np.iinfo(np.int64).max, dtype=np.int64)
+    waits = np.flatnonzero(pe >= 0)
+    np.minimum.at(first_waiter, pe[waits], waits)
+    for key in np.unique(thread[calls]):
+        mine = calls[thread[calls] == key]
+        on = np.flatnonzero((lane == key) & real)  # in lane order (positions ascend)
+        if len(on) == 0:
+            continue
+        latest = np.maximum.accumulate(end[on])  # the thread's latest end up to each of its nodes
+        holder = on[_running_argmax(end[on])]
+        upto = np.searchsorted(latest, end[mine], side="right") - 1  # last node with nothing ending after the call
+        limit = np.searchsorted(on, first_waiter[mine], side="left") - 1  # last node before the call's first waiter
+        at = np.minimum(upto, limit)
+        last = holder[np.maximum(at, 0)]
+        ok = (at >= 0) & (end[last] > start[mine])
+        dr[mine[ok]] = last[ok]
+    return dr
+
+
+def _running_argmax(values: np.ndarray) -> np.ndarray:
+    """Per position: the index of the largest value up to it (the first of equal ones)."""
+    best = np.maximum.accumulate(values)
+    new = np.r_[True, best[1:] > best[:-1]]
+    return np.maximum.accumulate(np.where(new, np.arange(len(values)), 0))
+
+
+def blocked_since(graph: pd.DataFrame, n_calls: int) -> np.ndarray:
+    """Per P2P call of the rank (``graph["p2p"]`` positions, ``n_calls`` of them): when its thread began waiting
+    for it, the end of its ``dr`` node (``_blocked_from``); NaN where the call held its thread from its post (no
+    such node) or has no node."""
+    out = np.full(n_calls, np.nan)
+    mine = np.flatnonzero(graph["p2p"].to_numpy() >= 0)
+    start, end = graph["start_ns"].to_numpy(dtype=float), graph["end_ns"].to_numpy(dtype=float)
+    dr = graph["dr"].to_numpy()[mine]
+    since = np.where(dr >= 0, np.maximum(start[mine], end[np.maximum(dr, 0)]), np.nan)
+    out[graph["p2p"].to_numpy()[mine]] = since
+    return out
 
 
 def _drains(nodes: pd.DataFrame) -> np.ndarray:

@@ -32,14 +32,17 @@ COMM_BY_DIM_COLUMNS = {  # summary.comm_by_dim (tracekit.run.commdims), the wind
 
 
 def arrivals(ops: pd.DataFrame, table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per P2P call (row of ``ops``, corrected clock ns): (when both sides of its pair had posted, when its transfer
-    ended: the recv's end); its own start and end when it has no other half."""
+    """Per P2P call (row of ``ops``, corrected clock ns): (when its transfer began: both sides of its pair had
+    posted and the receiver's thread was blocked in its recv (``blocked_ns``), when it ended: the recv's end); its
+    own start (or blocked time) and end when it has no other half."""
     start = ops["start_ns"].to_numpy(dtype=np.int64)
     end = start + np.rint(ops["dur_us"].to_numpy(dtype=float) * 1e3).astype(np.int64)
-    arrive, done = start.copy(), end.copy()
+    blocked = ops["blocked_ns"].to_numpy(dtype=float) if "blocked_ns" in ops else np.full(len(ops), np.nan)
+    since = np.clip(np.where(np.isnan(blocked), start, blocked), start, end).astype(np.int64)
+    arrive, done = since.copy(), end.copy()
     both = table[(table["send_op"] >= 0) & (table["recv_op"] >= 0)]
     s, r = both["send_op"].to_numpy(), both["recv_op"].to_numpy()
-    latest = np.maximum(start[s], start[r])
+    latest = np.maximum(np.maximum(start[s], start[r]), since[r])
     arrive[s], arrive[r] = latest, latest
     done[s] = np.minimum(end[s], end[r])
     return arrive, done
@@ -59,7 +62,7 @@ def _calls(collectives: pd.DataFrame, rank, window: bool = True) -> pd.DataFrame
 def _p2p(ops: pd.DataFrame, arrive: tuple[np.ndarray, np.ndarray], rank, window: bool = True) -> pd.DataFrame:
     """The rank's P2P calls in the window (all of them: ``window`` False): ``_s``/``_e`` the call's communication
     event (a gloo span begins after the op that posted it: that op is no communication event of the breakdown),
-    ``_a``/``_d`` its transfer."""
+    ``_a``/``_d`` its transfer (``arrivals``)."""
     keep = (ops["rank"] == rank).to_numpy()
     keep = keep & ops["in_window"].astype(bool).to_numpy() if window else keep
     mine = ops[keep]

@@ -6,9 +6,12 @@ Pairing (``pair``): the k-th send from rank a to rank b in step n is the k-th re
 ProfilerStep numbers, the same on every rank; calls outside steps pair among themselves). Clock-corrected times:
 
     arrive        = max(send start, recv start)       both sides posted
-    recv_wait_us  = recv start -> arrive, if the sender was late (clipped to the recv)
-    send_wait_us  = send start -> arrive, if the receiver was late (clipped to the send)
-    transfer_us   = arrive -> recv end                the receiver's call less its wait
+    blocked       = when a call began to hold its thread (``blocked_ns``, ``rank.graph.blocked_since``): its start,
+                    or for a gloo call posted early and waited for later, the end of the thread's last op before
+                    its wait returned (the thread computed until then, so the call held nothing)
+    recv_wait_us  = recv blocked -> send start, if the sender was late (clipped to the recv)
+    send_wait_us  = send blocked -> recv start, if the receiver was late (clipped to the send)
+    transfer_us   = max(arrive, recv blocked) -> recv end   the receiver's blocked time once both had posted
 
 A call without its other half is ``cut`` where the peer's trace does not hold that step (it was not profiled then), or
 the peer's trace was not read; else ``unmatched`` and listed in ``mismatches`` (kind ``p2p_unmatched``, with the reason).
@@ -29,7 +32,7 @@ P2P_COLUMNS = {
     "pair_index": "order on its (src_rank, dst_rank)", "bytes": "payload (the recv's, else the send's)",
     "send_start_us": "send call start, from the run's origin on the corrected clock (NaN: no send)",
     "send_end_us": "send call end", "recv_start_us": "recv call start (NaN: no recv)", "recv_end_us": "recv call end",
-    "transfer_us": "both posted -> recv end", "recv_wait_us": "receiver waiting for a late sender",
+    "transfer_us": "both posted and the receiver blocked -> recv end", "recv_wait_us": "receiver waiting for a late sender",
     "send_wait_us": "sender waiting for a late receiver", "status": "matched, unmatched or cut (the trace's edge)",
     "in_window": "its step is in the window", "send_op": "internal: the send's row among the run's P2P calls (-1)",
     "recv_op": "internal: the recv's row among the run's P2P calls (-1)",
@@ -108,6 +111,9 @@ def p2p_table(ops: pd.DataFrame, peers: pd.DataFrame, pairs: pd.DataFrame, held_
 
     s0, s1 = at(start, s), at(start + dur_ns, s)
     r0, r1 = at(start, r), at(start + dur_ns, r)
+    blocked = ops["blocked_ns"].to_numpy(dtype=float) if "blocked_ns" in ops else start
+    blocked = np.where(np.isnan(blocked), start, np.clip(blocked, start, start + dur_ns))
+    sb, rb = at(blocked, s), at(blocked, r)
     both = (s >= 0) & (r >= 0)
     arrive = np.fmax(s0, r0)
     either = np.where(s >= 0, s, r)
@@ -126,9 +132,9 @@ def p2p_table(ops: pd.DataFrame, peers: pd.DataFrame, pairs: pd.DataFrame, held_
         "bytes": np.where(r >= 0, at(ops["bytes"].to_numpy(dtype=float), r), at(ops["bytes"].to_numpy(dtype=float), s)),
         "send_start_us": (s0 - origin_ns) / 1e3, "send_end_us": (s1 - origin_ns) / 1e3,
         "recv_start_us": (r0 - origin_ns) / 1e3, "recv_end_us": (r1 - origin_ns) / 1e3,
-        "transfer_us": np.where(both, np.maximum(r1 - np.fmin(arrive, r1), 0) / 1e3, np.nan),
-        "recv_wait_us": np.where(both, np.clip(s0 - r0, 0, r1 - r0) / 1e3, np.nan),
-        "send_wait_us": np.where(both, np.clip(r0 - s0, 0, s1 - s0) / 1e3, np.nan),
+        "transfer_us": np.where(both, np.maximum(r1 - np.fmin(np.fmax(arrive, rb), r1), 0) / 1e3, np.nan),
+        "recv_wait_us": np.where(both, np.clip(s0 - rb, 0, r1 - rb) / 1e3, np.nan),
+        "send_wait_us": np.where(both, np.clip(r0 - sb, 0, s1 - sb) / 1e3, np.nan),
         "status": np.where(both, "matched", np.where(cut, "cut", "unmatched")),
         "in_window": at(ops["in_window"].to_numpy(dtype=float), either).astype(bool),
         "send_op": s, "recv_op": r,

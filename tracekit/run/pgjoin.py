@@ -27,7 +27,7 @@ def join(results, collectives: pd.DataFrame, steps: pd.DataFrame, shift: dict[in
     """``results``: the ranks' ``RankResult``s in rank order; ``collectives`` and ``steps`` on the corrected clock
     (absolute ``start_ns``), ``collectives`` with ``match_id``."""
     groups = pgdims.group_table(r.meta.pg_config for r in results)
-    calls = _stacked([r.p2p for r in results], P2P_OP_COLUMNS + ["in_window", "event_ns"], shift)
+    calls = _stacked([r.p2p for r in results], P2P_OP_COLUMNS + ["in_window", "event_ns", "blocked_ns"], shift)
     overlap, overlap_all = (_moved([getattr(r, name) for r in results], shift)
                             for name in ("comm_overlap", "comm_overlap_all"))
     peers = pairs_of.resolve_peers(calls, groups)
@@ -69,4 +69,4 @@ def _stacked(frames: list[pd.DataFrame], columns: list[str], shift: dict[int, in
                              for c in columns}).astype({"in_window": bool} if "in_window" in columns else {})
     out = pd.concat(parts, ignore_index=True)
     moved = out["rank"].map(shift).fillna(0).astype(np.int64)
-    return out.assign(**{c: out[c] - moved for c in ("start_ns", "event_ns") if c in out})
+    return out.assign(**{c: out[c] - moved for c in ("start_ns", "event_ns", "blocked_ns") if c in out})

@@ -47,15 +47,25 @@ def pipeline_lines(summary: Summary) -> list[str]:
     theory = float(rows["theory_bubble_pct"].mean())
     theory_text = "unknown (no closed form)" if is_unknown(theory) else f"{theory:.1f}%"
     lines.append(f"  bubble: {measured:.1f}% of the step measured (mean of ranks) vs {theory_text} in theory "
-                 f"for {schedule} with p={p}, m={m}" + (f", v={v}" if v > 1 else ""))
+                 f"for {schedule} with p={p}, m={m}" + (f", v={v}" if v > 1 else "")
+                 + _predicted(summary, "pipeline_bubble", f"{2 * m} microbatches"))
     known = per_stage[per_stage["stage"] >= 0].dropna(subset=["ratio"])
     if len(known) > 1:
         slow = known.sort_values("ratio", ascending=False).iloc[0]
         lines.append(f"  slowest stage: {int(slow['stage'])} (rank {slow['ranks']}), {slow['ratio']:.2f}x the median "
-                     "of the other stages' per microbatch")
+                     "of the other stages' per microbatch" + _predicted(summary, "stage_imbalance", "balanced"))
     agreement = rows["order_agreement_pct"].dropna()
     if len(agreement):
         lines.append(f"  order vs run.json's intended schedule: {agreement.mean():.0f}% of blocks in place")
     notes = sorted({n for n in rows["note"].astype(str) if n})
     lines += [f"  note: {n}" for n in notes]
     return lines + [""]
+
+
+def _predicted(summary: Summary, kind: str, label: str) -> str:
+    """'; <label>: -X ms/step predicted' from the finding of ``kind`` whose fix a what-if predicts, else ''."""
+    for f in summary.findings:
+        saving = f.evidence.get("predicted_saving_us") if f.kind == kind else None
+        if saving is not None and not is_unknown(saving):
+            return f"; {label}: {-saving / 1e3:+,.2f} ms/step predicted ({f.evidence['scenario']})"
+    return ""
