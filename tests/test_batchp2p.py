@@ -66,6 +66,9 @@ def test_batched_ops_split_and_pair_beside_a_plain_send(tmp_path):
     assert p[["recv_wait_us", "send_wait_us", "transfer_us"]].values.tolist() == [[20, 0, 70], [0, 50, 110],
                                                                                   [50, 0, 50]]
     assert p[["send_start_us", "recv_start_us"]].values.tolist() == [[100, 80], [300, 350], [350, 300]]
+    # Waiting that no transfer covers (the pipeline's bubble): rank 0's batch kernel 300..400 waits until both
+    # sides posted at 350 (its two calls share the kernel, counted once): 50; rank 2's plain recv 80..100: 20.
+    assert s.ranks.set_index("rank")["p2p_wait_us"].to_dict() == {0: 50, 2: 20}
 
 
 def test_a_coalesced_kernel_without_p2p_ops_stays_a_collective(tmp_path):

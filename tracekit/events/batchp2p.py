@@ -14,7 +14,9 @@ ended after the thread's previous comm launch. Each call keeps the kernel's time
 one kernel; the pairing splits each into waiting and transfer) and takes its op, group, size and peer from its own
 ``c10d`` op and ``record_param_comms``: ``peer`` the global rank where the args name it, else ``peer_local`` from
 ``Concrete Inputs``, mapped through the group at run level (``tracekit.run.p2p.resolve_peers``). A coalesced kernel
-without such ops (coalesced collectives) stays as it was.
+without such ops (coalesced collectives) stays as it was. The run's graph keeps one node per kernel, and the node
+stands for the first call of its batch (``tracekit.rank.collrows``): the send->recv edges of its other calls are not
+drawn.
 """
 
 from __future__ import annotations
