@@ -20,7 +20,7 @@ from tracekit.run import whatruns
 from tracekit.findings import capture
 from tracekit.findings.collect import run_findings
 from tracekit.findings import order, pipeline_findings
-from tracekit.findings import roofline_findings
+from tracekit.findings import roofline_findings, tp_findings
 from tracekit.events import metrics
 from tracekit.predict import replay
 from tracekit.predict import scenarios as predict
@@ -200,6 +200,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     summary = predict.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None, joined.calls)
     found = roofline_findings.merged(summary.findings, summary.optimization)
+    found = tp_findings.merged(found, summary)  # the critical path says how long TP calls bind the step
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
     return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
 

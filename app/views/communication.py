@@ -19,6 +19,7 @@ if len(pairs) or by_dim["dim"].isin(["pp", "tp", "ep", "cp"]).any():
                "...). Send/recv count their transfer only: their waiting for the neighbour stage is the pipeline's "
                "bubble (p2p_wait_us on the Ranks page).")
     fmt.table(fmt.display_units(by_dim), key="comm_by_dim")
+    state.show_findings([f for f in s.findings if f.kind == "exposed_tp_comm"])
 if len(pairs):
     st.subheader("Send/recv pairs")
     st.caption("Each send paired with its recv: transfer after both posted, the receiver waiting for a late sender, "

@@ -70,6 +70,8 @@ _OP_ADVICE = {
              "batch them into fewer, larger calls.",
 }
 _ADVICE_KEY = {"reduce_scatter": "all_gather", "recv": "send"}
+_TP_ONLY = ("All of these collectives are tensor-parallel: their fix is sequence parallel or async tensor parallel "
+            "(see exposed_tp_comm), not overlap with other work.")
 # DDP advice that concerns its gradient reducer: a forward-only run under DDP has none, so it gets the op's own advice.
 _GRADIENT_ONLY = frozenset({"ddp_all_reduce"})
 
@@ -87,6 +89,10 @@ def exposed_comm(ranks, collectives, stragglers, run):
     level = severity(worst, EXPOSED_COMM_SHARE)
     if level is None:
         return []
+    # Tensor-parallel calls sit between the matmuls that need them: data-parallel advice (async_op, buckets,
+    # prefetch) does not fit them, so they are judged on their own (tracekit.findings.tp_findings).
+    tp = (collectives["dim"].astype(str) == "tp").to_numpy() if "dim" in collectives else np.zeros(len(collectives), bool)
+    collectives = collectives[~tp]
     hit = ranks.loc[share >= EXPOSED_COMM_SHARE[0], "rank"]
     ops = op_shares(collectives, hit)
     dominant = dominant_ops(ops)
@@ -112,6 +118,10 @@ def exposed_comm(ranks, collectives, stragglers, run):
         evidence.update(late_rank=late, late_wait_share=late_share)
         advice.insert(0, _wait_advice(late, late_share, waiting, stragglers, run))
     fallback = [] if mostly_waiting else ["Overlap communication with compute and prefer fewer, larger collectives."]
+    if tp.any():
+        message += " Tensor-parallel calls are left out of these shares and this advice (exposed_tp_comm judges them)."
+        if not len(collectives):
+            fallback = [_TP_ONLY]
     return [Finding("exposed_comm", level, tuple(int(r) for r in hit), message, " ".join(advice or fallback),
                     evidence)]
 

@@ -21,7 +21,8 @@ from tracekit import intervals as iv
 from tracekit.events.classify import classify
 from tracekit.events.steps import find_steps
 from tracekit.commnames import EP_KERNEL
-from tracekit.events.collectives import collective_table
+from tracekit.events.batchp2p import split_batches
+from tracekit.events.collectives import collective_table, dtype_bytes
 from tracekit.events.config import Config
 from tracekit.events.fsdp import unit_table as fsdp_unit_table
 from tracekit.events import bubble
@@ -107,7 +108,8 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     dev_all = metrics.all_device_events(events)
     dev = metrics.in_window(dev_all, steps, config.window)
 
-    calls, p2p = split_p2p(collective_table(events, comm_args, _pg_sizes(meta)))
+    calls = split_batches(events, comm_args, collective_table(events, comm_args, _pg_sizes(meta)), dtype_bytes)
+    calls, p2p = split_p2p(calls)
     calls = with_groups(events, calls, meta.pg_config)  # gloo names no group: what enqueued the call says
     p2p["in_window"] = _in_window(p2p["step"], steps, kept, config)
     collectives = calls.drop(columns=["row", "peer", "peer_local", "posted_ns"])
