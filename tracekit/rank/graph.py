@@ -314,7 +314,7 @@ def _blocked_from(nodes: pd.DataFrame, pe: np.ndarray) -> np.ndarray:
         limit = np.searchsorted(on, first_waiter[mine], side="left") - 1  # last node before the call's first waiter
         at = np.minimum(upto, limit)
         last = holder[np.maximum(at, 0)]
-        ok = (at >= 0) & (end[last] > start[mine])
+        ok = (at >= 0) & (end[last] > start[mine]) & (start[last] > start[mine])  # not the op that posted it
         dr[mine[ok]] = last[ok]
     return dr
 

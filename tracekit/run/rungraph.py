@@ -57,7 +57,9 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
 
 def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
     """Per node of a matched pair's half: the other half's node, whose start its end waits for (-1 otherwise, and
-    where that start is not before this end on the corrected clock: an edge back in time, or a tie)."""
+    where that start is not before this end on the corrected clock: an edge back in time, or a tie). A gloo half's
+    node is the annotation that begins as the ``c10d::`` op posting it ends; the data can move from the post (the
+    op's start, the node's ``ps``), so that op is the node waited for."""
     src = np.full(len(nodes), -1, dtype=np.int64)
     call = nodes["p2p"].to_numpy()
     if p2p is None or p2p.empty or not (call >= 0).any():
@@ -70,8 +72,9 @@ def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
     s_node, r_node = node_of[np.minimum(s[ok], len(node_of) - 1)], node_of[np.minimum(r[ok], len(node_of) - 1)]
     both = (s_node >= 0) & (r_node >= 0)
     s_node, r_node = s_node[both], r_node[both]
-    start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
-    for mine, other in ((r_node, s_node), (s_node, r_node)):
+    start, end, ps = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy(), nodes["ps"].to_numpy()
+    posted = np.where(ps >= 0, ps, np.arange(len(nodes)))
+    for mine, other in ((r_node, posted[s_node]), (s_node, posted[r_node])):
         forward = start[other] < end[mine]
         src[mine[forward]] = other[forward]
     return src
