@@ -68,11 +68,34 @@ def test_two_stages_two_microbatches_by_hand(tmp_path):
     g = s.graph
     recvs, sends = g[(g["name"] == "gloo:recv").to_numpy()], g[(g["name"] == "gloo:send").to_numpy()]
     assert (recvs["pair_src"] >= 0).all() and (sends["pair_src"] >= 0).all()
-    assert set(g.loc[recvs["pair_src"], "name"]) == {"gloo:send"} and set(g.loc[sends["pair_src"], "name"]) == {"gloo:recv"}
+    # A gloo half starts when its c10d op posted it (the span begins only as that op ends): the edge leaves the op.
+    assert set(g.loc[recvs["pair_src"], "name"]) == {"c10d::send"}
+    assert set(g.loc[sends["pair_src"], "name"]) == {"c10d::recv_"}
     # gloo's spans are async (rank 0's first send lasts 110..400 while its thread computes 120..290): each has a
     # lane of its own, so the thread's ops do not wait in the graph for a span to end.
     spans = g[g["name"].isin(["gloo:send", "gloo:recv"]).to_numpy()]
     assert spans["lane"].is_unique and not spans["lane"].isin(g.loc[g["name"] == "aten::mm", "lane"]).any()
+
+
+def test_critical_path_crosses_to_the_sender_whose_slow_post_already_delivered(tmp_path):
+    """Rank 0 computes 0..290, then its c10d::send posts the activation 300..500 (a loaded host: gloo's span
+    begins only at 500, 500..700), but rank 1's recv (posted 100, span 110..350) has its data at 350: the data left
+    while the op was posting. Rank 1 then computes 360..990; its step 2 (at 1000) is the last boundary.
+    Walking back from 1000 on rank 1: host 990..1000, compute 360..990 (630), the wake-up after its recv 350..360
+    (other), the transfer 300..350 from rank 0's post, then rank 0: host 290..300, compute 0..290. Had the edge
+    left the span's start (500, after the recv ended) it would point back in time and be dropped: the path would
+    stay on rank 1, as its own recv's 'transfer' and launch, and an unknown start."""
+    r0 = [step(1, 0, 950), step(2, 950, 150), cpu("aten::mm", 0, 290), *gloo_p2p("send", 300, 200, 700, 1)]
+    r1 = [step(1, 0, 1000), step(2, 1000, 100), *gloo_p2p("recv", 100, 10, 350, 0), cpu("aten::mm", 360, 630)]
+    write_rank(tmp_path / "rank-0.json", r0, 0, DEFAULT)
+    write_rank(tmp_path / "rank-1.json", r1, 1, DEFAULT)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    assert s.p2p[["recv_wait_us", "transfer_us"]].values.tolist() == [[200, 50]]
+    path = s.critical_path[s.critical_path["step"] == 1]
+    got = {(int(r), str(c)): round(us, 3) for r, c, us in path[["rank", "category", "us"]].itertuples(index=False)}
+    assert got == {(0, "compute"): 290, (0, "host"): 10, (1, "comm_transfer"): 50, (1, "other"): 10,
+                   (1, "compute"): 630, (1, "host"): 10}
+    assert path.loc[path["rank"] == 0, "waiting"].all() and path["ends_on_rank"].eq(1).all()
 
 
 def test_both_ranks_send_before_they_receive_replays_without_a_cycle(tmp_path):

@@ -1,7 +1,9 @@
 """The run's dependency graph: every rank's node table (``tracekit.rank.graph.rank_graph``) joined into one, with the
 edges between ranks: a collective's transfer starts when the last member rank has arrived (``group``), and of a
 send/recv pair each half ends no earlier than the other started (``pair_src``: the data cannot arrive before it was
-sent, nor a send complete before its receiver posted), where the measured times agree (an edge forward in time).
+sent, nor a send complete before its receiver posted), where the measured times agree (an edge forward in time). A
+gloo half starts when its ``c10d::send``/``c10d::recv_`` op posted it: its async span begins only as that op ends,
+and posting can take ms on a loaded host, in which the data may already have arrived (``pair_src`` is then the op).
 Not a collective's group: the two halves' transfers do not start together, and on an interleaved schedule's lane
 (a send posted before a recv on each rank) that would close a cycle."""
 
@@ -11,6 +13,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from tracekit.events.collectives import P2P_POSTS
 from tracekit.rank.graph import GRAPH_COLUMNS, NODE_CATS, empty_graph
 
 
@@ -56,8 +59,9 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
 
 
 def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
-    """Per node of a matched pair's half: the other half's node, whose start its end waits for (-1 otherwise, and
-    where that start is not before this end on the corrected clock: an edge back in time, or a tie)."""
+    """Per node of a matched pair's half: the other half's node, whose start its end waits for: its posting op where
+    it has one (gloo, ``_posters``), else the node itself (-1 otherwise, and where that start is not before this end
+    on the corrected clock: an edge back in time, or a tie)."""
     src = np.full(len(nodes), -1, dtype=np.int64)
     call = nodes["p2p"].to_numpy()
     if p2p is None or p2p.empty or not (call >= 0).any():
@@ -71,10 +75,27 @@ def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
     both = (s_node >= 0) & (r_node >= 0)
     s_node, r_node = s_node[both], r_node[both]
     start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
+    posted = _posters(nodes)
     for mine, other in ((r_node, s_node), (s_node, r_node)):
+        other = posted[other]
         forward = start[other] < end[mine]
         src[mine[forward]] = other[forward]
     return src
+
+
+def _posters(nodes: pd.DataFrame) -> np.ndarray:
+    """Per node: the ``c10d::send``/``c10d::recv_`` op that posted it (its enqueue edge ``ps``, gloo) where that op
+    starts before it, else the node itself. An NCCL kernel's ``ps`` is its launch: the kernel moves no data before
+    it runs, so it stays its own."""
+    own = np.arange(len(nodes), dtype=np.int64)
+    ps = nodes["ps"].to_numpy().astype(np.int64)
+    names = nodes["name"].cat.categories.astype(str)
+    posts = np.fromiter((P2P_POSTS.search(n) is not None for n in names), dtype=bool, count=len(names))
+    codes = nodes["name"].cat.codes.to_numpy()
+    by = np.maximum(ps, 0)
+    start = nodes["start_ns"].to_numpy()
+    use = (ps >= 0) & (codes[by] >= 0) & posts[np.maximum(codes[by], 0)] & (start[by] <= start)
+    return np.where(use, ps, own)
 
 
 def _joined(graphs: list[pd.DataFrame], moves: list[dict], column: str) -> np.ndarray:
