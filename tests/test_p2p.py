@@ -231,6 +231,27 @@ def test_gloo_collectives_take_their_group_from_what_enqueued_them(tmp_path):
         (0, 1): 1, (0, 2): 1, (0, 1, 2): 1, (1,): 1, (2,): 1}
 
 
+def test_a_queued_gloo_collective_keeps_its_group_past_a_pipeline_receive(tmp_path):
+    """pp x dp: ranks 0 and 2 are one dp group (mesh_dp [0, 2]), each in its own pp group. Both gather inside
+    FSDP::all_gather [100, 200) (c10d::_allgather_base_ at 110), then post a pipeline receive (c10d::recv_ at 300).
+    On rank 2 gloo's thread starts the gather at 290; on rank 0 gloo's threads were busy until 320, so it starts then,
+    after the receive was posted. The receive enqueues no collective: rank 0's gather is still FSDP's, in mesh_dp,
+    and matches rank 2's (taken for the receive's, it had no group: two calls unmatched on different groups)."""
+    groups = {0: [("0", "default_pg", [0, 1, 2, 3]), ("1", "mesh_pp", [0, 1]), ("3", "mesh_dp", [0, 2])],
+              2: [("0", "default_pg", [0, 1, 2, 3]), ("2", "mesh_pp", [2, 3]), ("3", "mesh_dp", [0, 2])]}
+    for rank, gather_at in ((0, 320), (2, 290)):
+        events = [step(1, 0, 1000), cpu("FSDP::all_gather", 100, 100, cat="user_annotation"),
+                  cpu("c10d::_allgather_base_", 110, 20),
+                  cpu("gloo:all_gather", gather_at, 50, cat="user_annotation", tid=9, **F32),
+                  cpu("c10d::recv_", 300, 10, **{"Concrete Inputs": ["", "", "1", "0"]})]
+        write_rank(tmp_path / f"rank-{rank}.json", events, rank, groups[rank], world_size=4)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    c = s.collectives.sort_values("rank")
+    assert c[["rank", "pg", "pg_desc", "dim"]].astype(str).values.tolist() == [["0", "3", "mesh_dp", "fsdp"],
+                                                                              ["2", "3", "mesh_dp", "fsdp"]]
+    assert c["matched"].all() and c["match_id"].nunique() == 1 and s.mismatches.empty
+
+
 @pytest.mark.skipif(not (RUNS / "READY").exists(), reason="the real runs are not on this machine")
 def test_real_tensor_parallel_counts_per_step_are_commdebugmode_s():
     layout = json.loads((RUNS / "tp-fsdp-4rank" / "run.json").read_text())["layout"]

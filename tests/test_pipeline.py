@@ -44,6 +44,7 @@ def test_gpipe_two_stages_two_microbatches_by_hand(tmp_path):
     assert (r1["fwd_us"], r1["bwd_us"], r1["bubble_us"]) == (200.0, 300.0, 500.0)
     assert (r1["fill_us"], r1["wait_us"], r1["drain_us"]) == (200.0, 30.0, 270.0)
     assert set(s.pipeline["schedule"]) == {"gpipe"} and set(s.pipeline["microbatches"]) == {2}
+    assert "2 stages on 2 pipeline ranks (1 per rank), 2 microbatches" in str(s)
     assert s.pipeline["theory_bubble_pct"].iloc[0] == pytest.approx(100 / 3)  # (p-1)/(m+p-1), p = m = 2
     # A microbatch's cost: per phase the lower quartile of the blocks' compute, summed: stage 0 100 + (90 + 0.25 x 10),
     # stage 1 100 + 150.
@@ -254,3 +255,25 @@ def test_dualpipev_overlapped_action_counts_as_its_two_actions_in_the_intended_o
     assert set(rows["order_agreement_pct"]) == {100.0}
     rows, _ = _tables([(0, "F", 0), (3, "B", 0), (0, "F", 1), (3, "B", 1)], intended)
     assert set(rows["order_agreement_pct"]) == {50.0}  # the pair run backward first: 0F1 and 3B0 out of place
+
+
+def test_the_report_counts_every_stage_of_an_interleaved_pipeline():
+    """Two ranks holding two stages each (0, 2 and 1, 3): p = 2 in the theory, but the pipeline has 4 stages (the
+    report said '2 stages (2 per rank)')."""
+    from types import SimpleNamespace
+
+    from tracekit.summary.text_pipeline import pipeline_lines
+
+    order = [(0, "F", 0), (2, "F", 0), (2, "B", 0), (0, "B", 0)]
+    blocks = pd.concat([pd.DataFrame({"rank": rank, "stage": [s + rank for s, _, _ in order], "step": 1,
+                                      "microbatch": 0, "phase": [p for _, p, _ in order],
+                                      "start_ns": np.arange(4) * 10_000, "end_ns": np.arange(4) * 10_000 + 10_000,
+                                      "compute_us": 10.0, "source": "pp_action"}) for rank in (0, 1)],
+                       ignore_index=True)
+    rows = pd.DataFrame({"rank": [0, 0, 1, 1], "stage": [0, 2, 1, 3], "step": 1, "microbatches": 1, "fwd_us": 10.0,
+                         "bwd_us": 10.0, "compute_us": 20.0, "bubble_us": 0.0, "fill_us": 0.0, "drain_us": 0.0,
+                         "wait_us": 0.0, "bubble_pct": 0.0, "other_busy_us": 0.0, "step_us": 40.0, "in_window": True})
+    table, grid = pipeline_tables(rows, blocks, {}, 0)
+    assert set(table["stages"]) == {2} and set(table["stages_per_rank"]) == {2}
+    header = pipeline_lines(SimpleNamespace(pipeline=table, pipeline_blocks=grid))[0]
+    assert "4 stages on 2 pipeline ranks (2 per rank), 1 microbatches" in header
