@@ -98,6 +98,27 @@ def test_critical_path_crosses_to_the_sender_whose_slow_post_already_delivered(t
     assert path.loc[path["rank"] == 0, "waiting"].all() and path["ends_on_rank"].eq(1).all()
 
 
+def test_a_gloo_send_waited_for_late_is_not_transfer_on_the_critical_path(tmp_path):
+    """Rank 0 posts a send at 100 (span 110..900: gloo's span lasts until the work is waited for) and computes
+    120..500; its thread then runs unrecorded Python until 900, waits on the send (already done) and computes
+    905..990. Rank 1's recv (posted 50, span 60..200) had the data at 200. The send ends with its recv (200), so the
+    op at 905 did not wait for it: the path on rank 0 is host 0..100 (before the send), the post (launch 100..110),
+    host 110..120, compute 120..500, unrecorded host 500..905, compute 905..990 and host 990..1000. With the span's
+    own end the op at 905 seemed to wait for it, and 110..900 read as 790 us of transfer."""
+    r0 = [step(1, 0, 1000), step(2, 1000, 100), *gloo_p2p("send", 100, 10, 900, 1), cpu("aten::mm", 120, 380),
+          cpu("aten::add", 905, 85)]
+    r1 = [step(1, 0, 1000), step(2, 1000, 100), *gloo_p2p("recv", 50, 10, 200, 0), cpu("aten::mm", 210, 770)]
+    write_rank(tmp_path / "rank-0.json", r0, 0, DEFAULT)
+    write_rank(tmp_path / "rank-1.json", r1, 1, DEFAULT)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    assert s.p2p[["transfer_us", "send_end_us"]].values.tolist() == [[100, 900]]  # the pair's own times as measured
+    path = s.critical_path[s.critical_path["step"] == 1]
+    got = {(int(r), str(c)): round(us, 3) for r, c, us in path[["rank", "category", "us"]].itertuples(index=False)}
+    assert got == {(0, "host"): 100 + 10 + 405 + 10, (0, "launch"): 10, (0, "compute"): 380 + 85}
+    send = s.graph[(s.graph["name"] == "gloo:send").to_numpy()].iloc[0]
+    assert (send["start_ns"], send["end_ns"]) == (110_000, 200_000)
+
+
 def test_both_ranks_send_before_they_receive_replays_without_a_cycle(tmp_path):
     """A batched exchange: each rank posts a send, then a recv, on one thread. Matched as a collective, the two
     sends waited for each other and each recv for the other rank's send: a cycle (ReplayError)."""
