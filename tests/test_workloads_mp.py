@@ -220,6 +220,8 @@ def _profiled_run(name: str, out: Path, *flags: str) -> dict:
 PIPELINES = {
     "interleaved": (["--stage-weights", "1=2.0"], {"0": 0, "1": 1, "2": 0, "3": 1}, 3 * 4 * 2 // 2),
     "zbv": ([], {"0": 0, "1": 1, "2": 1, "3": 0}, 2 * 4 * 2 // 2),
+    # DualPipeV's V as ZBV's; its weighted stage passes through a copy of its block (a split backward).
+    "dualpipev": (["--stage-weights", "3=2.0"], {"0": 0, "1": 1, "2": 1, "3": 0}, 2 * 4 * 2 // 2),
 }
 
 
@@ -232,7 +234,7 @@ def test_pipeline_run_records_its_layout_and_the_p2p_bytes_are_the_activations(s
     lay = run["layout"]
     assert lay["mesh"] == {"pp": 2} and lay["schedule"] == schedule and lay["microbatches"] == 4
     assert lay["stage_to_rank"] == placement and lay["num_stages"] == 4
-    assert lay["stage_weights"] == ({"1": 2.0} if extra else {})
+    assert lay["stage_weights"] == ({extra[1].split("=")[0]: 2.0} if extra else {})
     assert lay["activation_bytes_per_microbatch"] == 2 * 16 * 32 * 4  # microbatch x seq x hidden x float32
     assert sum(lay["params_per_stage"].values()) == run["trainable_params"]
     assert sorted(lay["intended_schedule"]) == ["0", "1"]
