@@ -68,12 +68,55 @@ def test_two_stages_two_microbatches_by_hand(tmp_path):
     g = s.graph
     recvs, sends = g[(g["name"] == "gloo:recv").to_numpy()], g[(g["name"] == "gloo:send").to_numpy()]
     assert (recvs["pair_src"] >= 0).all() and (sends["pair_src"] >= 0).all()
-    # The other half's post: the c10d op that posted it (its gloo span begins as that op ends).
-    assert set(g.loc[recvs["pair_src"], "name"]) == {"c10d::send"} and set(g.loc[sends["pair_src"], "name"]) == {"c10d::recv_"}
+    # A gloo half starts when its c10d op posted it (the span begins only as that op ends): the edge leaves the op.
+    assert set(g.loc[recvs["pair_src"], "name"]) == {"c10d::send"}
+    assert set(g.loc[sends["pair_src"], "name"]) == {"c10d::recv_"}
     # gloo's spans are async (rank 0's first send lasts 110..400 while its thread computes 120..290): each has a
     # lane of its own, so the thread's ops do not wait in the graph for a span to end.
     spans = g[g["name"].isin(["gloo:send", "gloo:recv"]).to_numpy()]
     assert spans["lane"].is_unique and not spans["lane"].isin(g.loc[g["name"] == "aten::mm", "lane"]).any()
+
+
+def test_critical_path_crosses_to_the_sender_whose_slow_post_already_delivered(tmp_path):
+    """Rank 0 computes 0..290, then its c10d::send posts the activation 300..500 (a loaded host: gloo's span
+    begins only at 500, 500..700), but rank 1's recv (posted 100, span 110..350) has its data at 350: the data left
+    while the op was posting. Rank 1 then computes 360..990; its step 2 (at 1000) is the last boundary.
+    Walking back from 1000 on rank 1: host 990..1000, compute 360..990 (630), the wake-up after its recv 350..360
+    (other), the transfer 300..350 from rank 0's post, then rank 0: host 290..300, compute 0..290. Had the edge
+    left the span's start (500, after the recv ended) it would point back in time and be dropped: the path would
+    stay on rank 1, as its own recv's 'transfer' and launch, and an unknown start."""
+    r0 = [step(1, 0, 950), step(2, 950, 150), cpu("aten::mm", 0, 290), *gloo_p2p("send", 300, 200, 700, 1)]
+    r1 = [step(1, 0, 1000), step(2, 1000, 100), *gloo_p2p("recv", 100, 10, 350, 0), cpu("aten::mm", 360, 630)]
+    write_rank(tmp_path / "rank-0.json", r0, 0, DEFAULT)
+    write_rank(tmp_path / "rank-1.json", r1, 1, DEFAULT)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    assert s.p2p[["recv_wait_us", "transfer_us"]].values.tolist() == [[200, 50]]
+    path = s.critical_path[s.critical_path["step"] == 1]
+    got = {(int(r), str(c)): round(us, 3) for r, c, us in path[["rank", "category", "us"]].itertuples(index=False)}
+    assert got == {(0, "compute"): 290, (0, "host"): 10, (1, "comm_transfer"): 50, (1, "other"): 10,
+                   (1, "compute"): 630, (1, "host"): 10}
+    assert path.loc[path["rank"] == 0, "waiting"].all() and path["ends_on_rank"].eq(1).all()
+
+
+def test_a_gloo_send_waited_for_late_is_not_transfer_on_the_critical_path(tmp_path):
+    """Rank 0 posts a send at 100 (span 110..900: gloo's span lasts until the work is waited for) and computes
+    120..500; its thread then runs unrecorded Python until 900, waits on the send (already done) and computes
+    905..990. Rank 1's recv (posted 50, span 60..200) had the data at 200. The send ends with its recv (200), so the
+    op at 905 did not wait for it: the path on rank 0 is host 0..100 (before the send), the post (launch 100..110),
+    host 110..120, compute 120..500, unrecorded host 500..905, compute 905..990 and host 990..1000. With the span's
+    own end the op at 905 seemed to wait for it, and 110..900 read as 790 us of transfer."""
+    r0 = [step(1, 0, 1000), step(2, 1000, 100), *gloo_p2p("send", 100, 10, 900, 1), cpu("aten::mm", 120, 380),
+          cpu("aten::add", 905, 85)]
+    r1 = [step(1, 0, 1000), step(2, 1000, 100), *gloo_p2p("recv", 50, 10, 200, 0), cpu("aten::mm", 210, 770)]
+    write_rank(tmp_path / "rank-0.json", r0, 0, DEFAULT)
+    write_rank(tmp_path / "rank-1.json", r1, 1, DEFAULT)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    assert s.p2p[["transfer_us", "send_end_us"]].values.tolist() == [[100, 900]]  # the pair's own times as measured
+    path = s.critical_path[s.critical_path["step"] == 1]
+    got = {(int(r), str(c)): round(us, 3) for r, c, us in path[["rank", "category", "us"]].itertuples(index=False)}
+    assert got == {(0, "host"): 100 + 10 + 405 + 10, (0, "launch"): 10, (0, "compute"): 380 + 85}
+    send = s.graph[(s.graph["name"] == "gloo:send").to_numpy()].iloc[0]
+    assert (send["start_ns"], send["end_ns"]) == (110_000, 200_000)
 
 
 def test_both_ranks_send_before_they_receive_replays_without_a_cycle(tmp_path):
@@ -206,6 +249,27 @@ def test_gloo_collectives_take_their_group_from_what_enqueued_them(tmp_path):
     # Matched within their groups: the tp call of ranks 0 and 1, the gather of ranks 0 and 2.
     assert c.groupby("match_id")["rank"].agg(lambda r: tuple(sorted(r))).value_counts().to_dict() == {
         (0, 1): 1, (0, 2): 1, (0, 1, 2): 1, (1,): 1, (2,): 1}
+
+
+def test_a_queued_gloo_collective_keeps_its_group_past_a_pipeline_receive(tmp_path):
+    """pp x dp: ranks 0 and 2 are one dp group (mesh_dp [0, 2]), each in its own pp group. Both gather inside
+    FSDP::all_gather [100, 200) (c10d::_allgather_base_ at 110), then post a pipeline receive (c10d::recv_ at 300).
+    On rank 2 gloo's thread starts the gather at 290; on rank 0 gloo's threads were busy until 320, so it starts then,
+    after the receive was posted. The receive enqueues no collective: rank 0's gather is still FSDP's, in mesh_dp,
+    and matches rank 2's (taken for the receive's, it had no group: two calls unmatched on different groups)."""
+    groups = {0: [("0", "default_pg", [0, 1, 2, 3]), ("1", "mesh_pp", [0, 1]), ("3", "mesh_dp", [0, 2])],
+              2: [("0", "default_pg", [0, 1, 2, 3]), ("2", "mesh_pp", [2, 3]), ("3", "mesh_dp", [0, 2])]}
+    for rank, gather_at in ((0, 320), (2, 290)):
+        events = [step(1, 0, 1000), cpu("FSDP::all_gather", 100, 100, cat="user_annotation"),
+                  cpu("c10d::_allgather_base_", 110, 20),
+                  cpu("gloo:all_gather", gather_at, 50, cat="user_annotation", tid=9, **F32),
+                  cpu("c10d::recv_", 300, 10, **{"Concrete Inputs": ["", "", "1", "0"]})]
+        write_rank(tmp_path / f"rank-{rank}.json", events, rank, groups[rank], world_size=4)
+    s = tracekit.summarize(tmp_path, cache=False, window="all_steps")
+    c = s.collectives.sort_values("rank")
+    assert c[["rank", "pg", "pg_desc", "dim"]].astype(str).values.tolist() == [["0", "3", "mesh_dp", "fsdp"],
+                                                                              ["2", "3", "mesh_dp", "fsdp"]]
+    assert c["matched"].all() and c["match_id"].nunique() == 1 and s.mismatches.empty
 
 
 def test_real_tensor_parallel_counts_per_step_are_commdebugmode_s():

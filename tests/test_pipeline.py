@@ -44,6 +44,7 @@ def test_gpipe_two_stages_two_microbatches_by_hand(tmp_path):
     assert (r1["fwd_us"], r1["bwd_us"], r1["bubble_us"]) == (200.0, 300.0, 500.0)
     assert (r1["fill_us"], r1["wait_us"], r1["drain_us"]) == (200.0, 30.0, 270.0)
     assert set(s.pipeline["schedule"]) == {"gpipe"} and set(s.pipeline["microbatches"]) == {2}
+    assert "2 stages on 2 pipeline ranks (1 per rank), 2 microbatches" in str(s)
     assert s.pipeline["theory_bubble_pct"].iloc[0] == pytest.approx(100 / 3)  # (p-1)/(m+p-1), p = m = 2
     # A microbatch's cost: per phase the lower quartile of the blocks' compute, summed: stage 0 100 + (90 + 0.25 x 10),
     # stage 1 100 + 150.
@@ -123,16 +124,19 @@ def test_theory_and_no_closed_form():
     assert math.isnan(theory_bubble_pct("zero_bubble", 4, 2, 8))
 
 
-def _tables(phases, layout=None):
-    """A one-rank, one-step pipeline of the given ``[(stage, phase, mb)]`` blocks, 10 us each, in that order."""
+def _tables(phases, layout=None, compute_us=10.0):
+    """A one-rank, one-step pipeline of the given ``[(stage, phase, mb)]`` blocks, in that order, each 10 us apart and
+    computing ``compute_us`` (one for all, or one per block)."""
     n = len(phases)
     blocks = pd.DataFrame({"rank": 0, "stage": [p[0] for p in phases], "step": 1, "microbatch": [p[2] for p in phases],
                            "phase": [p[1] for p in phases], "start_ns": np.arange(n) * 10_000,
-                           "end_ns": np.arange(n) * 10_000 + 10_000, "compute_us": 10.0, "source": "pp_action"})
-    rows = pd.DataFrame({"rank": [0], "stage": [0], "step": [1], "microbatches": [1], "fwd_us": [10.0], "bwd_us": [0.0],
-                         "compute_us": [10.0], "bubble_us": [0.0], "fill_us": [0.0], "drain_us": [0.0],
-                         "wait_us": [0.0], "bubble_pct": [0.0], "other_busy_us": [0.0], "step_us": [10.0 * n],
-                         "in_window": [True]})
+                           "end_ns": np.arange(n) * 10_000 + 10_000, "compute_us": compute_us,
+                           "source": "pp_action"})
+    stages = sorted({p[0] for p in phases})
+    rows = pd.DataFrame({"rank": 0, "stage": stages, "step": 1, "microbatches": 1, "fwd_us": 10.0, "bwd_us": 0.0,
+                         "compute_us": 10.0, "bubble_us": 0.0, "fill_us": 0.0, "drain_us": 0.0,
+                         "wait_us": 0.0, "bubble_pct": 0.0, "other_busy_us": 0.0, "step_us": 10.0 * n,
+                         "in_window": True})
     return pipeline_tables(rows, blocks, {}, 0, layout)
 
 
@@ -233,3 +237,48 @@ def test_an_intended_action_that_computed_nothing_does_not_shift_the_order():
     assert rows["order_agreement_pct"].iloc[0] == 50.0  # W0 and B1 swapped: 2 of 4 in place
     rows, _ = _tables([(0, "F", 0), (0, "F", 1), (0, "W", 0), (0, "B", 1), (0, "B", 2)], intended)
     assert rows["order_agreement_pct"].iloc[0] == 80.0  # a block the order does not have: 4 of the 5 in place
+
+
+def test_a_microbatch_costs_one_forward_and_one_backward_however_its_blocks_split_it():
+    """DualPipeV runs a stage's backward as B for some microbatches and as I + W for others; a first stage's I
+    computes nothing (no block), its W the whole backward. Stage 0: F 30, 30; backward of mb 0 is B0 = 50, of mb 1
+    I1 + W1 = 20 + 30 = 50: a microbatch costs 30 + 50 = 80 (summing each phase's quartile, F + B + I + W, read 130).
+    Stage 3: F 40, 40; backward W0 = 60 (its I0 computed nothing), B1 = 60: 100. Imbalance 100 / 80 and 80 / 100."""
+    phases = [(0, "F", 0), (0, "F", 1), (3, "F", 0), (3, "W", 0), (0, "B", 0), (3, "F", 1), (0, "I", 1),
+              (3, "B", 1), (0, "W", 1)]
+    rows, _ = _tables(phases, compute_us=[30.0, 30.0, 40.0, 60.0, 50.0, 40.0, 20.0, 60.0, 30.0])
+    per_stage = rows.drop_duplicates("stage").set_index("stage")
+    assert per_stage["microbatch_compute_us"].to_dict() == {0: 80.0, 3: 100.0}
+    assert per_stage["imbalance_ratio"].to_dict() == {0: pytest.approx(0.8), 3: pytest.approx(1.25)}
+
+
+def test_dualpipev_overlapped_action_counts_as_its_two_actions_in_the_intended_order():
+    """run.json lists DualPipeV's overlapped pair as one entry, ``(0F1;3B0)OVERLAP_F_B``; the blocks split it in two
+    (forward, then backward). Left out of the order as a non-action, 1 of the 4 blocks was in place (25%)."""
+    intended = {"intended_schedule": {"0": ["0F0", "(0F1;3B0)OVERLAP_F_B", "3B1"]}, "schedule": "dualpipev"}
+    rows, _ = _tables([(0, "F", 0), (0, "F", 1), (3, "B", 0), (3, "B", 1)], intended)
+    assert set(rows["order_agreement_pct"]) == {100.0}
+    rows, _ = _tables([(0, "F", 0), (3, "B", 0), (0, "F", 1), (3, "B", 1)], intended)
+    assert set(rows["order_agreement_pct"]) == {50.0}  # the pair run backward first: 0F1 and 3B0 out of place
+
+
+def test_the_report_counts_every_stage_of_an_interleaved_pipeline():
+    """Two ranks holding two stages each (0, 2 and 1, 3): p = 2 in the theory, but the pipeline has 4 stages (the
+    report said '2 stages (2 per rank)')."""
+    from types import SimpleNamespace
+
+    from tracekit.summary.text_pipeline import pipeline_lines
+
+    order = [(0, "F", 0), (2, "F", 0), (2, "B", 0), (0, "B", 0)]
+    blocks = pd.concat([pd.DataFrame({"rank": rank, "stage": [s + rank for s, _, _ in order], "step": 1,
+                                      "microbatch": 0, "phase": [p for _, p, _ in order],
+                                      "start_ns": np.arange(4) * 10_000, "end_ns": np.arange(4) * 10_000 + 10_000,
+                                      "compute_us": 10.0, "source": "pp_action"}) for rank in (0, 1)],
+                       ignore_index=True)
+    rows = pd.DataFrame({"rank": [0, 0, 1, 1], "stage": [0, 2, 1, 3], "step": 1, "microbatches": 1, "fwd_us": 10.0,
+                         "bwd_us": 10.0, "compute_us": 20.0, "bubble_us": 0.0, "fill_us": 0.0, "drain_us": 0.0,
+                         "wait_us": 0.0, "bubble_pct": 0.0, "other_busy_us": 0.0, "step_us": 40.0, "in_window": True})
+    table, grid = pipeline_tables(rows, blocks, {}, 0)
+    assert set(table["stages"]) == {2} and set(table["stages_per_rank"]) == {2}
+    header = pipeline_lines(SimpleNamespace(pipeline=table, pipeline_blocks=grid, findings=()))[0]
+    assert "4 stages on 2 pipeline ranks (2 per rank), 1 microbatches" in header

@@ -61,6 +61,9 @@ def test_layers_split_as_evenly_as_possible():
     (dict(schedule="1f1b", stages_per_rank=2), "holds one stage per rank"),
     (dict(schedule="interleaved", stages_per_rank=1), "needs --stages-per-rank >= 2"),
     (dict(schedule="zbv", stages_per_rank=3), "exactly 2 stages per rank"),
+    (dict(schedule="dualpipev", stages_per_rank=1), "exactly 2 stages per rank"),
+    (dict(schedule="looped_bfs", stages_per_rank=1), "needs --stages-per-rank >= 2"),
+    (dict(schedule="interleaved_zb", stages_per_rank=1), "needs --stages-per-rank >= 2"),
     (dict(schedule="dualpipe"), "--schedule must be one of"),
     (dict(microbatches=0), "must be >= 1"),
     (dict(accum=2), "--accum is not supported"),
@@ -122,6 +125,20 @@ def test_a_heavy_stage_applies_its_blocks_weight_times_with_the_same_parameters(
         torch.testing.assert_close(heavy(x), b0(b1(b0(x))))  # blocks 0, 1, 0 in turn
         torch.testing.assert_close(plain(x), b1(b0(x)))
     assert heavy.sent_bytes == 2 * 8 * 16 * 4
+
+
+def test_a_heavy_stage_under_a_split_backward_passes_through_copies():
+    """interleaved_zb, zbv, dualpipev: torch's weight-gradient pass cannot reuse parameters, so weight 1.5 on 2
+    blocks applies blocks 0, 1 and a copy of 0 (same initial values: the same output), and holds 1.5x the parameters."""
+    shape = GPTShape(vocab_size=64, seq_len=8, n_layer=6, n_head=2, n_embd=16)
+    shared, copied = build_stage(shape, 1, 3, 1.5, seed=0), build_stage(shape, 1, 3, 1.5, seed=0, copies=True)
+    assert len(copied.blocks) == copied.passes == 3
+    count = (lambda m: sum(p.numel() for p in m.parameters()))
+    assert count(copied) == count(shared) + count(shared.blocks[0])
+    assert copied.blocks[2] is not copied.blocks[0]
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(copied(x), shared(x))
 
 
 def test_stages_are_cut_from_one_gpt():
@@ -203,6 +220,8 @@ def _profiled_run(name: str, out: Path, *flags: str) -> dict:
 PIPELINES = {
     "interleaved": (["--stage-weights", "1=2.0"], {"0": 0, "1": 1, "2": 0, "3": 1}, 3 * 4 * 2 // 2),
     "zbv": ([], {"0": 0, "1": 1, "2": 1, "3": 0}, 2 * 4 * 2 // 2),
+    # DualPipeV's V as ZBV's; its weighted stage passes through a copy of its block (a split backward).
+    "dualpipev": (["--stage-weights", "3=2.0"], {"0": 0, "1": 1, "2": 1, "3": 0}, 2 * 4 * 2 // 2),
 }
 
 
@@ -215,7 +234,7 @@ def test_pipeline_run_records_its_layout_and_the_p2p_bytes_are_the_activations(s
     lay = run["layout"]
     assert lay["mesh"] == {"pp": 2} and lay["schedule"] == schedule and lay["microbatches"] == 4
     assert lay["stage_to_rank"] == placement and lay["num_stages"] == 4
-    assert lay["stage_weights"] == ({"1": 2.0} if extra else {})
+    assert lay["stage_weights"] == ({extra[1].split("=")[0]: 2.0} if extra else {})
     assert lay["activation_bytes_per_microbatch"] == 2 * 16 * 32 * 4  # microbatch x seq x hidden x float32
     assert sum(lay["params_per_stage"].values()) == run["trainable_params"]
     assert sorted(lay["intended_schedule"]) == ["0", "1"]

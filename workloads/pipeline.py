@@ -2,14 +2,19 @@
 the model is cut into stages, each rank runs its stages, and activations and their gradients go between neighbouring
 stages as send/recv. One trace per rank.
 
-  --schedule gpipe|1f1b|interleaved|zbv  ScheduleGPipe, Schedule1F1B (one stage per rank), ScheduleInterleaved1F1B
-                                         (--stages-per-rank V >= 2, stage s on rank s mod ranks), ScheduleZBVZeroBubble
-                                         (two stages per rank in a V: rank r holds stages r and 2 x ranks - 1 - r)
+  --schedule gpipe|1f1b|interleaved|looped_bfs|interleaved_zb|zbv|dualpipev
+                                         ScheduleGPipe, Schedule1F1B (one stage per rank); ScheduleInterleaved1F1B,
+                                         ScheduleLoopedBFS, ScheduleInterleavedZeroBubble (--stages-per-rank V >= 2,
+                                         stage s on rank s mod ranks); ScheduleZBVZeroBubble, ScheduleDualPipeV (two
+                                         stages per rank in a V: rank r holds stages r and 2 x ranks - 1 - r;
+                                         DualPipeV needs --microbatches >= 2 x ranks)
   --microbatches M                       each optimizer step is M microbatches of --batch-size sequences
   --stages-per-rank V                    stages = ranks x V; the --n-layer blocks are split as evenly as possible
   --stage-weights 1=3.0[,2=1.5]          the seeded fault: stage 1 applies its blocks 3 times in turn (same weights),
                                          so its block compute, forward and backward, is 3x; its parameters and the
                                          bytes it sends do not change. weight x blocks must be whole.
+                                         (interleaved_zb, zbv, dualpipev: the extra passes use copies of the
+                                         blocks, as torch's weight-gradient pass cannot reuse parameters)
 
 Stage 0 holds the embeddings, the last stage the final norm, the output layer (untied) and the loss. What a stage
 sends is one microbatch's residual stream, --batch-size x --seq-len x --n-embd float32 values, forward as activation
@@ -46,7 +51,7 @@ import torch
 from workloads import gpt, pipeline_run
 from workloads.common import main as launch
 from workloads.config import ConfigError, base_parser, build
-from workloads.stages import MULTI_STAGE, SCHEDULES, parse_stage_weights
+from workloads.stages import MULTI_STAGE, SCHEDULES, V_SHAPED, parse_stage_weights
 
 GPU_DEFAULTS = {**gpt.GPU_DEFAULTS, "n_layer": 16, "batch_size": 4, "steps": 20}
 CPU_DEFAULTS = dict(vocab_size=256, seq_len=64, n_layer=4, n_head=4, n_embd=128, batch_size=4, steps=6, workers=0,
@@ -79,11 +84,11 @@ class PipelineConfig(gpt.GPTConfig):
         if self.schedule not in MULTI_STAGE and self.stages_per_rank != 1:
             raise ConfigError(f"--schedule {self.schedule} holds one stage per rank; --stages-per-rank "
                               f"{self.stages_per_rank} needs --schedule interleaved (or zbv, 2)")
-        if self.schedule == "interleaved" and self.stages_per_rank < 2:
-            raise ConfigError("--schedule interleaved needs --stages-per-rank >= 2")
-        if self.schedule == "zbv" and self.stages_per_rank != 2:
-            raise ConfigError(f"--schedule zbv holds exactly 2 stages per rank, got --stages-per-rank "
+        if self.schedule in V_SHAPED and self.stages_per_rank != 2:
+            raise ConfigError(f"--schedule {self.schedule} holds exactly 2 stages per rank, got --stages-per-rank "
                               f"{self.stages_per_rank}")
+        if self.schedule in MULTI_STAGE and self.stages_per_rank < 2:
+            raise ConfigError(f"--schedule {self.schedule} needs --stages-per-rank >= 2")
         for flag, bad in (("--accum", self.accum != 1), ("--amp", self.amp != "off"), ("--mode dp", self.mode != "ddp"),
                           ("--straggler-rank", self.straggler_rank is not None)):
             if bad:

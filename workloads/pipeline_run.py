@@ -16,7 +16,8 @@ from workloads import record
 from workloads.common import Rank
 from workloads.config import ConfigError
 from workloads.data import SyntheticTokens, batches
-from workloads.stages import MULTI_STAGE, build_stage, intended_schedule, layout, stages_of_rank
+from workloads.stages import (MULTI_STAGE, SPLIT_BACKWARD, build_stage, intended_schedule, layout,
+                              stages_of_rank)
 
 if TYPE_CHECKING:
     from workloads.pipeline import PipelineConfig
@@ -38,11 +39,13 @@ def lm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def make_schedule(cfg: PipelineConfig, stages: list):
-    from torch.distributed.pipelining import (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-                                              ScheduleZBVZeroBubble)
+    from torch.distributed.pipelining import (Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe,
+                                              ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+                                              ScheduleLoopedBFS, ScheduleZBVZeroBubble)
 
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B,
-           "zbv": ScheduleZBVZeroBubble}[cfg.schedule]
+           "looped_bfs": ScheduleLoopedBFS, "interleaved_zb": ScheduleInterleavedZeroBubble,
+           "zbv": ScheduleZBVZeroBubble, "dualpipev": ScheduleDualPipeV}[cfg.schedule]
     try:
         return cls(stages if cfg.schedule in MULTI_STAGE else stages[0], cfg.microbatches, loss_fn=lm_loss)
     except ValueError as e:
@@ -62,7 +65,9 @@ def train(rank: Rank, cfg: PipelineConfig) -> None:
     num_stages = pp.size() * cfg.stages_per_rank
     weights = dict(cfg.stage_weights)
     ids = stages_of_rank(cfg.schedule, pp.get_local_rank(), pp.size(), cfg.stages_per_rank)
-    modules = [build_stage(cfg.shape, s, num_stages, weights.get(s, 1.0), cfg.seed).to(rank.device) for s in ids]
+    copies = cfg.schedule in SPLIT_BACKWARD  # torch's weight-gradient pass cannot reuse a block's parameters
+    modules = [build_stage(cfg.shape, s, num_stages, weights.get(s, 1.0), cfg.seed, copies).to(rank.device)
+               for s in ids]
     params = {str(s): sum(p.numel() for p in m.parameters()) for s, m in zip(ids, modules)}
     if dp is not None:  # torchtitan's pp x dp: each stage is FSDP2-sharded over its dp group, gathered once per step
         for m in modules:

@@ -9,10 +9,14 @@ What a non-last stage sends forward (and receives back as its gradient) is the r
 The seeded fault: a stage of weight w applies its blocks w x blocks times in turn (blocks 0, 1, .., 0, 1, ..), with
 the same parameters, so its block compute, forward and backward, is w times the unweighted one while its parameters
 and the bytes it sends do not change. w x blocks must be a whole number (2 blocks: weights in steps of 0.5).
+Under a schedule that splits backward into input and weight gradients (`SPLIT_BACKWARD`), torch's weight-gradient
+pass cannot run through parameters used twice ("backward through the graph a second time"): there the passes past
+the first w = 1 use copies of the blocks (same initial values), so the stage's parameters grow w times too.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 
 import torch
@@ -21,8 +25,10 @@ from torch import nn
 from workloads.config import ConfigError
 from workloads.gpt_model import GPT, Block, GPTShape
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbv")
-MULTI_STAGE = ("interleaved", "zbv")  # schedules that put several stages on one rank
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "interleaved_zb", "zbv", "dualpipev")
+MULTI_STAGE = ("interleaved", "looped_bfs", "interleaved_zb", "zbv", "dualpipev")  # several stages on one rank
+V_SHAPED = ("zbv", "dualpipev")  # two stages per rank in a V: rank r holds stages r and 2 x ranks - 1 - r
+SPLIT_BACKWARD = ("interleaved_zb", "zbv", "dualpipev")  # backward run as I (input grad) and W (weight grad)
 _ACTION = re.compile(r"(\d+)(F|B)(\d+)")
 
 
@@ -64,13 +70,16 @@ class PipeStage(nn.Module):
     """One stage cut from a whole `GPT` (so every layout starts from the same initial weights for a seed):
     [embeddings] + its blocks applied `passes` times in turn + [final norm and output layer].
 
-    The output layer of the last stage is a copy of the embedding's initial weights, not tied to it.
+    The output layer of the last stage is a copy of the embedding's initial weights, not tied to it. `copies`: the
+    passes past the stage's own blocks apply copies of them (see the module docstring), not the blocks again.
     """
 
-    def __init__(self, gpt: GPT, *, first: bool, last: bool, blocks: range, passes: int):
+    def __init__(self, gpt: GPT, *, first: bool, last: bool, blocks: range, passes: int, copies: bool = False):
         super().__init__()
         self.first, self.last, self.passes = first, last, passes
-        self.blocks = nn.ModuleList(gpt.blocks[i] for i in blocks)
+        own = [gpt.blocks[i] for i in blocks]
+        extra = [copy.deepcopy(own[k % len(own)]) for k in range(len(own), passes)] if copies else []
+        self.blocks = nn.ModuleList(own + extra)
         if first:
             self.tok, self.pos = gpt.tok, gpt.pos
         if last:
@@ -91,19 +100,22 @@ class PipeStage(nn.Module):
         return x
 
 
-def build_stage(shape: GPTShape, stage: int, num_stages: int, weight: float, seed: int) -> PipeStage:
-    """Stage `stage` of `num_stages`, cut from the GPT that `seed` initialises, with the seeded `weight`."""
+def build_stage(shape: GPTShape, stage: int, num_stages: int, weight: float, seed: int,
+                copies: bool = False) -> PipeStage:
+    """Stage `stage` of `num_stages`, cut from the GPT that `seed` initialises, with the seeded `weight` (its extra
+    passes through copies of its blocks with `copies`)."""
     torch.manual_seed(seed)
     gpt = GPT(shape)
     split = layer_split(shape.n_layer, num_stages)
     start = sum(split[:stage])
     return PipeStage(gpt, first=stage == 0, last=stage == num_stages - 1, blocks=range(start, start + split[stage]),
-                     passes=block_passes(split[stage], weight, stage))
+                     passes=block_passes(split[stage], weight, stage), copies=copies)
 
 
 def stages_of_rank(schedule: str, pp_rank: int, pp_size: int, stages_per_rank: int) -> list[int]:
-    """Stage indices on pipeline rank `pp_rank`: loop style (r, r+p, ..) or, for zbv, the V (r, 2p-1-r)."""
-    if schedule == "zbv":
+    """Stage indices on pipeline rank `pp_rank`: loop style (r, r+p, ..) or, for zbv and dualpipev, the V
+    (r, 2p-1-r)."""
+    if schedule in V_SHAPED:
         return [pp_rank, 2 * pp_size - 1 - pp_rank]
     return [pp_rank + k * pp_size for k in range(stages_per_rank)]
 

@@ -17,7 +17,8 @@ if s.pipeline.empty:
 
 first = s.pipeline.iloc[0]
 theory = first["theory_bubble_pct"]
-st.caption(f"{first['schedule']} schedule read from the blocks' order, {int(first['stages'])} stages "
+st.caption(f"{first['schedule']} schedule read from the blocks' order, "
+           f"{int(first['stages']) * int(first['stages_per_rank'])} stages on {int(first['stages'])} pipeline ranks "
            f"({int(first['stages_per_rank'])} per rank). A block is the compute one stage runs for one microbatch; "
            "a receive's wait is not in it. The bubble is the time a rank runs nothing but stage-to-stage transfers: "
            f"fill before its first forward, wait between, drain after its last block. The schedule's own bubble: "

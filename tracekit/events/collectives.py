@@ -183,7 +183,8 @@ def _metadata(events, comm_args, calls) -> pd.DataFrame:
     return merged
 
 
-_POSTS = re.compile(r"^c10d::(?:send|recv_)$")
+# The ops that post a gloo P2P call; its async annotation (gloo:send/recv) begins as the op ends.
+P2P_POSTS = re.compile(r"^c10d::(?:send|recv_)$")
 
 
 def _posted_by(events, comm_args, calls) -> pd.DataFrame:
@@ -191,7 +192,7 @@ def _posted_by(events, comm_args, calls) -> pd.DataFrame:
     have no launch): its peer (``peer_local``) and start (``posted_ns``: the call was posted then); NaN where none."""
     result = pd.DataFrame(index=calls.index, columns=["peer_local", "posted_ns"], dtype=float)
     names = events["name"].cat.categories
-    wanted = names[np.fromiter((_POSTS.search(n) is not None for n in names), dtype=bool, count=len(names))]
+    wanted = names[np.fromiter((P2P_POSTS.search(n) is not None for n in names), dtype=bool, count=len(names))]
     spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
     if len(spans) == 0 or len(calls) == 0:
         return result

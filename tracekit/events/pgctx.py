@@ -11,7 +11,9 @@ The call's group is then the rank's one group (``distributedInfo.pg_config``) wh
 (``mesh_tp``; for fsdp a data-parallel one: ``mesh_dp``, ``mesh_dp_shard``, ``fsdp_*``), or the rank's only group;
 a context whose dimension the rank has no group of gives nothing (a functional collective on a run without TP). The
 enqueuing op is the latest ``c10d::*`` op (not a wait) begun at or before the call on its rank, as the graph's
-enqueue edges (``tracekit.rank.graph``). Where nothing says, the group stays unknown (None) and the run's join may
+enqueue edges (``tracekit.rank.graph``); for a collective, not a ``c10d::send``/``c10d::recv_``: gloo runs a
+collective when one of its threads is free, and while earlier ones hold them the training thread goes on to post a
+pipeline's receive, which enqueues no collective. Where nothing says, the group stays unknown (None) and the run's join may
 still find it from the ranks the call is matched on (``tracekit.run.pgdims.infer_groups``).
 """
 
@@ -23,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.events.classify import enclosing_span, launch_points
+from tracekit.events.collectives import P2P_POSTS
+from tracekit.events.p2p import P2P_OPS
 
 _ENQUEUE = re.compile(r"^c10d::(?!wait)")
 _CONTEXTS = (("tp", re.compile(r"^(?:Nested)?Redistribute(?:Backward)?$|^_c10d_functional::")),
@@ -42,9 +46,16 @@ def call_context(events: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
     ops = _rows_named(events, _ENQUEUE).sort_values("ts_ns")
     if ops.empty or calls.empty:
         return out
-    at = np.searchsorted(ops["ts_ns"].to_numpy(), events["ts_ns"].to_numpy()[calls["row"].to_numpy()], side="right") - 1
-    found = at >= 0
-    enqueue_rows = events.index.get_indexer(ops.index[at[found]])
+    posts = ops["name"].isin(_rows_named(ops, P2P_POSTS)["name"].unique()).to_numpy()
+    p2p = calls["op"].astype(str).isin(P2P_OPS).to_numpy()
+    at_ns = events["ts_ns"].to_numpy()[calls["row"].to_numpy()]
+    collective_ops = ops[~posts]
+    at = np.searchsorted(ops["ts_ns"].to_numpy(), at_ns, side="right") - 1
+    at_collective = np.searchsorted(collective_ops["ts_ns"].to_numpy(), at_ns, side="right") - 1
+    found = np.where(p2p, at, at_collective) >= 0
+    enqueuers = np.where(p2p, ops.index.to_numpy()[np.maximum(at, 0)] if len(ops) else -1,
+                         collective_ops.index.to_numpy()[np.maximum(at_collective, 0)] if len(collective_ops) else -1)
+    enqueue_rows = events.index.get_indexer(enqueuers[found])
     points = launch_points(events, enqueue_rows)
     for context, pattern in reversed(_CONTEXTS):  # tp last: a DTensor op inside an FSDP hook is tensor parallel
         spans = _rows_named(events, pattern)

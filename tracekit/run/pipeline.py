@@ -19,6 +19,7 @@ import pandas as pd
 from tracekit.run.pipeschema import PIPELINE_BLOCK_COLUMNS, PIPELINE_COLUMNS
 
 _ACTION = re.compile(r"^(\d+)(F|B|I|W)(\d+)$")
+_OVERLAP = re.compile(r"^\((\d+[FBIW]\d+);(\d+[FBIW]\d+)\)OVERLAP_F_B$")
 
 
 def of_ranks(results, shift: dict[int, int], origin_ns: int, workload=None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -94,14 +95,18 @@ def theory_bubble_pct(schedule: str, p: int, v: int, m: int) -> float:
 
 
 def microbatch_compute_us(blocks: pd.DataFrame, rows: pd.DataFrame) -> pd.Series:
-    """Per stage: what one microbatch costs it, the lower quartile of its blocks' compute in each phase, summed
-    over the phases, over the window's steps. A block's compute includes any time the host ran something else
-    (a time-shared CPU rank), which only ever adds: the lower quartile reads through it where a mean or a sum
-    would not, and equals them where the blocks are alike."""
+    """Per stage: what one microbatch costs it, over the window's steps: the lower quartile of its microbatches'
+    forward compute plus that of their backward compute (a microbatch's B block, or its I and W blocks together:
+    DualPipeV runs some microbatches as B and others as I + W on one stage, and a first stage's I computes nothing,
+    its W doing the whole backward). A block's compute includes any time the host ran something else (a time-shared
+    CPU rank), which only ever adds: the lower quartile reads through it where a mean or a sum would not, and
+    equals them where the blocks are alike."""
     kept = rows.loc[rows["in_window"].astype(bool), ["rank", "step"]].drop_duplicates()
     mine = blocks.merge(kept, on=["rank", "step"]) if len(kept) else blocks
     mine = mine[mine["stage"] >= 0]
-    return mine.groupby(["stage", "phase"])["compute_us"].quantile(0.25).groupby(level="stage").sum()
+    mine = mine.assign(part=np.where(mine["phase"] == "F", "F", "B"))
+    per_microbatch = mine.groupby(["stage", "rank", "step", "microbatch", "part"])["compute_us"].sum()
+    return per_microbatch.groupby(level=["stage", "part"]).quantile(0.25).groupby(level="stage").sum()
 
 
 def imbalance_ratio(per_stage: pd.Series) -> pd.Series:
@@ -125,7 +130,7 @@ def _agreement(blocks: pd.DataFrame, rows: pd.DataFrame, layout: dict | None) ->
     scores = {}
     for (rank, step), group in blocks.sort_values("start_us").groupby(["rank", "step"]):  # one per rank and step
         ran = (group["stage"].astype(str) + group["phase"] + group["microbatch"].astype(str)).tolist()
-        want = [a for a in intended.get(str(place[rank]), []) if isinstance(a, str) and _ACTION.match(a)]
+        want = [a for a in _expanded(intended.get(str(place[rank]), [])) if _ACTION.match(a)]
         if want:
             kept = set(ran)
             want = [a for a in want if a in kept]
@@ -133,6 +138,16 @@ def _agreement(blocks: pd.DataFrame, rows: pd.DataFrame, layout: dict | None) ->
             scores[(rank, step)] = same / max(len(want), len(ran)) * 100
     keys = list(zip(rows["rank"], rows["step"]))
     return np.array([scores.get(k, np.nan) for k in keys], dtype=np.float64)
+
+
+def _expanded(actions) -> list[str]:
+    """The intended actions with DualPipeV's ``(0F3;3B1)OVERLAP_F_B`` as its two actions in the order they run (the
+    blocks split it so, ``events.pipeline``); other entries as they are, non-strings left out."""
+    out: list[str] = []
+    for a in actions if isinstance(actions, list) else []:
+        pair = _OVERLAP.match(a) if isinstance(a, str) else None
+        out += [pair[1], pair[2]] if pair else [a] if isinstance(a, str) else []
+    return out
 
 
 def _notes(rows: pd.DataFrame, layout: dict | None) -> list[str]:

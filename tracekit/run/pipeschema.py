@@ -26,7 +26,8 @@ PIPELINE_COLUMNS = {
     "step_us": "the step's time (as summary.steps)",
     "other_busy_us": "the rank's busy time outside its blocks (optimizer, collectives, ...)",
     "schedule": "the schedule read from the blocks' order: gpipe, 1f1b, interleaved, looped_bfs, zero_bubble",
-    "stages": "p: the pipeline's stages", "stages_per_rank": "v: stages one rank holds",
+    "stages": "p: the pipeline's ranks, one per stage or v stages each (the p of the theory; its stages: p x v)",
+    "stages_per_rank": "v: stages one rank holds",
     "microbatch_compute_us": "what one microbatch costs the stage: per phase the lower quartile of its blocks' "
                              "compute over the window, summed (reads through a time-shared host's inflated blocks)",
     "imbalance_ratio": "the stage's microbatch_compute_us over the median of the other stages'",

@@ -1,7 +1,10 @@
 """The run's dependency graph: every rank's node table (``tracekit.rank.graph.rank_graph``) joined into one, with the
 edges between ranks: a collective's transfer starts when the last member rank has arrived (``group``), and of a
 send/recv pair each half ends no earlier than the other started (``pair_src``: the data cannot arrive before it was
-sent, nor a send complete before its receiver posted), where the measured times agree (an edge forward in time).
+sent, nor a send complete before its receiver posted), where the measured times agree (an edge forward in time). A
+gloo half starts when its ``c10d::send``/``c10d::recv_`` op posted it: its async span begins only as that op ends,
+and posting can take ms on a loaded host, in which the data may already have arrived (``pair_src`` is then the op);
+its send span lasts until the work is waited for, and ends here with its recv (``_send_ends``).
 Not a collective's group: the two halves' transfers do not start together, and on an interleaved schedule's lane
 (a send posted before a recv on each rank) that would close a cycle."""
 
@@ -11,6 +14,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from tracekit.events.collectives import P2P_POSTS
 from tracekit.rank.graph import GRAPH_COLUMNS, NODE_CATS, empty_graph
 
 
@@ -51,19 +55,23 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
         group[np.flatnonzero(has)[matched]] = pd.factorize(ids[matched])[0]
     nodes["group"] = group
     nodes["pe"] = _checked_waits(nodes)
-    nodes["pair_src"] = _pair_sources(nodes, p2p)
+    s_node, r_node = _pair_nodes(nodes, p2p)
+    nodes["end_ns"] = _send_ends(nodes, s_node, r_node)
+    # A send that now ends with its recv no longer waits for its thread's last op (``rank.graph._blocked_from``)
+    # where that op ended later.
+    dr = nodes["dr"].to_numpy()
+    later = (dr >= 0) & (nodes["end_ns"].to_numpy()[np.maximum(dr, 0)] > nodes["end_ns"].to_numpy())
+    nodes["dr"] = np.where(later, -1, dr)
+    nodes["pair_src"] = _pair_sources(nodes, s_node, r_node)
     return nodes
 
 
-def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
-    """Per node of a matched pair's half: the other half's node, whose start its end waits for (-1 otherwise, and
-    where that start is not before this end on the corrected clock: an edge back in time, or a tie). A gloo half's
-    node is the annotation that begins as the ``c10d::`` op posting it ends; the data can move from the post (the
-    op's start, the node's ``ps``), so that op is the node waited for."""
-    src = np.full(len(nodes), -1, dtype=np.int64)
+def _pair_nodes(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes of each matched pair's send and recv (``p2p``: ``summary.p2p``), where both are in the graph."""
     call = nodes["p2p"].to_numpy()
+    none = np.zeros(0, dtype=np.int64)
     if p2p is None or p2p.empty or not (call >= 0).any():
-        return src
+        return none, none
     node_of = np.full(int(call.max()) + 1, -1, dtype=np.int64)
     node_of[call[call >= 0]] = np.flatnonzero(call >= 0)
     pairs = p2p[(p2p["status"] == "matched").to_numpy()]
@@ -71,13 +79,51 @@ def _pair_sources(nodes: pd.DataFrame, p2p: pd.DataFrame | None) -> np.ndarray:
     ok = (s < len(node_of)) & (r < len(node_of))
     s_node, r_node = node_of[np.minimum(s[ok], len(node_of) - 1)], node_of[np.minimum(r[ok], len(node_of) - 1)]
     both = (s_node >= 0) & (r_node >= 0)
-    s_node, r_node = s_node[both], r_node[both]
-    start, end, ps = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy(), nodes["ps"].to_numpy()
-    posted = np.where(ps >= 0, ps, np.arange(len(nodes)))
-    for mine, other in ((r_node, posted[s_node]), (s_node, posted[r_node])):
+    return s_node[both], r_node[both]
+
+
+def _send_ends(nodes: pd.DataFrame, s_node: np.ndarray, r_node: np.ndarray) -> np.ndarray:
+    """Per node, its end; a gloo send's (posted by a ``c10d::send``) no later than its recv's end, nor before its
+    own start. gloo's send span lasts until its work is waited for, which can be long after the receiver has the
+    data (a pipeline waits for its sends at the step's end): that rest is neither transfer nor anything a later op
+    waits for; the op after the wait waited on its own thread. An NCCL send kernel ends as measured."""
+    end = nodes["end_ns"].to_numpy().copy()
+    start = nodes["start_ns"].to_numpy()
+    gloo = _posters(nodes)[s_node] != s_node
+    s, r = s_node[gloo], r_node[gloo]
+    end[s] = np.minimum(end[s], np.maximum(end[r], start[s]))
+    return end
+
+
+def _pair_sources(nodes: pd.DataFrame, s_node: np.ndarray, r_node: np.ndarray) -> np.ndarray:
+    """Per node of a matched pair's half (``_pair_nodes``): the other half's node, whose start its end waits for: its
+    posting op where it has one (gloo, ``_posters``), else the node itself (-1 otherwise, and where that start is not
+    before this end on the corrected clock: an edge back in time, or a tie)."""
+    src = np.full(len(nodes), -1, dtype=np.int64)
+    if not len(s_node):
+        return src
+    start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
+    posted = _posters(nodes)
+    for mine, other in ((r_node, s_node), (s_node, r_node)):
+        other = posted[other]
         forward = start[other] < end[mine]
         src[mine[forward]] = other[forward]
     return src
+
+
+def _posters(nodes: pd.DataFrame) -> np.ndarray:
+    """Per node: the ``c10d::send``/``c10d::recv_`` op that posted it (its enqueue edge ``ps``, gloo) where that op
+    starts before it, else the node itself. An NCCL kernel's ``ps`` is its launch: the kernel moves no data before
+    it runs, so it stays its own."""
+    own = np.arange(len(nodes), dtype=np.int64)
+    ps = nodes["ps"].to_numpy().astype(np.int64)
+    names = nodes["name"].cat.categories.astype(str)
+    posts = np.fromiter((P2P_POSTS.search(n) is not None for n in names), dtype=bool, count=len(names))
+    codes = nodes["name"].cat.codes.to_numpy()
+    by = np.maximum(ps, 0)
+    start = nodes["start_ns"].to_numpy()
+    use = (ps >= 0) & (codes[by] >= 0) & posts[np.maximum(codes[by], 0)] & (start[by] <= start)
+    return np.where(use, ps, own)
 
 
 def _joined(graphs: list[pd.DataFrame], moves: list[dict], column: str) -> np.ndarray:

@@ -26,8 +26,8 @@ def pipeline_lines(summary: Summary) -> list[str]:
     m = int(rows["microbatches"].median())
     blocks = summary.pipeline_blocks
     sources = ", ".join(sorted(set(blocks["source"].astype(str)))) if len(blocks) else "none"
-    lines = [f"Pipeline: {schedule} schedule read from the blocks ({sources}), {p} stages ({v} per rank), "
-             f"{m} microbatches; per window step, mean over steps"]
+    lines = [f"Pipeline: {schedule} schedule read from the blocks ({sources}), {p * v} stages on {p} pipeline ranks "
+             f"({v} per rank), {m} microbatches; per window step, mean over steps"]
     per_stage = rows.groupby(["stage"]).agg(
         ranks=("rank", lambda r: ", ".join(str(x) for x in sorted(set(r)))), mb=("microbatches", "median"),
         fwd=("fwd_us", "mean"), bwd=("bwd_us", "mean"), compute=("compute_us", "mean"), bubble=("bubble_pct", "mean"),
