@@ -282,3 +282,24 @@ def test_the_report_counts_every_stage_of_an_interleaved_pipeline():
     assert set(table["stages"]) == {2} and set(table["stages_per_rank"]) == {2}
     header = pipeline_lines(SimpleNamespace(pipeline=table, pipeline_blocks=grid, findings=()))[0]
     assert "4 stages on 2 pipeline ranks (2 per rank), 1 microbatches" in header
+
+
+def _bubble_rows(schedule, v, theory):
+    return pd.DataFrame({"stage": [0, 1], "rank": [0, 1], "step": 3, "in_window": True, "bubble_pct": [50.0, 30.0],
+                         "theory_bubble_pct": theory, "schedule": schedule, "stages": 2, "stages_per_rank": v,
+                         "microbatches": 4, "fill_us": 10.0, "wait_us": 20.0, "drain_us": 30.0, "step_us": 100.0,
+                         "compute_us": 50.0, "microbatch_compute_us": [10.0, 10.5], "imbalance_ratio": [0.95, 1.05]})
+
+
+def test_bubble_advice_follows_the_schedule_that_ran():
+    """An interleaved run names its p x v stages on p ranks; a zero-bubble run is not told to use a zero-bubble
+    schedule (it is one), a 1F1B run is; the measured bubble is the ranks' mean, (50 + 30) / 2."""
+    from tracekit.findings.pipeline_findings import find
+
+    (inter,) = [f for f in find(_bubble_rows("interleaved", 2, 100 / 9)) if f.kind == "pipeline_bubble"]
+    assert "4 stages on 2 ranks and 4 microbatches is 11%" in inter.message
+    assert inter.evidence["measured_bubble_pct"] == 40.0
+    (zb,) = [f for f in find(_bubble_rows("zero_bubble", 2, float("nan"))) if f.kind == "pipeline_bubble"]
+    assert "zero-bubble schedule" not in zb.recommendation and "no closed-form bubble" in zb.message
+    (plain,) = [f for f in find(_bubble_rows("1f1b", 1, 20.0)) if f.kind == "pipeline_bubble"]
+    assert "zero-bubble schedule" in plain.recommendation and "2 stages and 4 microbatches" in plain.message

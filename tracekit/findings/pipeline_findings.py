@@ -47,7 +47,8 @@ def _bubble(rows: pd.DataFrame) -> Finding | None:
     schedule, p, v = str(rows["schedule"].iloc[0]), int(rows["stages"].iloc[0]), int(rows["stages_per_rank"].iloc[0])
     m = int(rows["microbatches"].median())
     parts = {k: float(per_rank[f"{k}_us"].mean()) for k in ("fill", "wait", "drain")}
-    said = (f"the {schedule} schedule's own bubble with {p} stages and {m} microbatches is {theory:.0f}%"
+    stages = f"{p} stages" if v == 1 else f"{p * v} stages on {p} ranks"
+    said = (f"the {schedule} schedule's own bubble with {stages} and {m} microbatches is {theory:.0f}%"
             if not math.isnan(theory) else f"the {schedule} schedule has no closed-form bubble to compare with")
     excess = measured - theory if not math.isnan(theory) else float("nan")
     message = (f"Pipeline stages idle {measured:.0f}% of each step (per step: fill {parts['fill']:,.0f} us, "
@@ -61,7 +62,7 @@ def _bubble(rows: pd.DataFrame) -> Finding | None:
               f"an interleaved schedule (ScheduleInterleaved1F1B with 2 stages per rank: theory {inter:.0f}%)"
               if schedule in ("gpipe", "1f1b") and not math.isnan(inter) else None,
               "a zero-bubble schedule (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble) that fills the bubble "
-              "with weight-gradient work",
+              "with weight-gradient work" if schedule != "zero_bubble" else None,
               "receives posted earlier (before the compute they feed), so a late sender is waited for less"]
     recommendation = ("These waits are the pipeline's bubble, not communication that overlap can hide. Shrink it "
                       "with " + "; ".join(a for a in advice if a) + ".")
