@@ -164,3 +164,26 @@ def test_balanced_stages_on_a_tiny_run(tmp_path):
     assert math.isnan(plain.loc["balanced_stages", "step_time_us"])
     assert plain.loc["microbatches_x2", "reason"] == pipeline_whatif.NOT_PIPELINE
     assert "balanced_stages" not in tracekit.whatif(tracekit.summarize("sample_traces/gpt-gloo-2rank"))["scenario"].tolist()
+
+
+def test_action_overhead_by_hand():
+    """Rank 0's blocks [0, 10) and [15, 25) us compute 10 each; its thread is busy 0-10 (compute), 12-14 (posting a
+    send), 15-25 (compute) and 1 us of an enclosing op before the last: 23 us, 3 outside the blocks' compute, 1.5 a
+    block. Its P2P span and step marker are no busy time; rank 1's node outside its block's span does not count."""
+    blocks = pd.DataFrame({"rank": [0, 0, 1], "step": 3, "start_us": [0.0, 15.0, 0.0], "end_us": [10.0, 25.0, 10.0],
+                           "compute_us": [10.0, 10.0, 10.0]})
+    graph = pd.DataFrame({"rank": [0, 0, 0, 0, 0, 1, 1], "start_ns": [0, 12e3, 15e3, 11e3, 0, 0, 50e3],
+                          "end_ns": [10e3, 14e3, 25e3, 24e3, 0, 10e3, 60e3], "busy_ns": [0, 0, 1e3, 0, 0, 0, 0],
+                          "cat": ["compute", "launch", "compute", "comm", "marker", "compute", "compute"]})
+    assert pipeline_whatif.action_overhead_us(graph, blocks, {3}) == {0: 1.5, 1: 0.0}
+
+
+def test_microbatch_prediction_pays_each_actions_overhead():
+    # Rank 0 busy 68 us in its span for 60 us of block compute: 2 us an action. m = 2: F0 0-12, F1 12-24 on rank 0;
+    # rank 1 F0 13-18, B0 18-26, F1 (arrived 25) 26-31, B1 31-39; rank 0 B0 (arrived 27) 27-49, B1 (arrived 40) 49-71.
+    rows, blocks, p2p = _tables()
+    graph = pd.DataFrame({"rank": [0, 1], "start_ns": [0.0, 0.0], "end_ns": [68e3, 26e3], "busy_ns": [0.0, 0.0],
+                          "cat": ["compute", "compute"]})
+    _, facts, _ = pipeline_whatif.microbatch_prediction(rows, blocks, p2p, 1000.0, graph=graph)
+    assert facts["action_overhead_us"] == {0: 2.0, 1: 0.0}
+    assert facts["simulated_span_us"] == 71.0

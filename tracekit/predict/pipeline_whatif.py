@@ -8,10 +8,12 @@ rank that start inside one, is scaled by the median of the other stages' microba
 ``microbatches_x2``: the schedule that ran (``pipesim.rank_orders``) is simulated twice, with m microbatches at the
 measured costs and with 2m at half of them: each action's compute (per stage and phase, the median block of the
 window) and each transfer (per pair of ranks and direction, the median matched pair of the window) halve, as the
-microbatch and the bytes it sends do. The predicted step is the measured one (the baseline replay) plus the
-difference of the two simulated spans, so what the simulation leaves out (the optimizer, other collectives, the
-host's own pace) stays as measured. Halving assumes compute proportional to the microbatch's size: kernels too
-small to fill the device, or per-op host overhead, shrink less, and the prediction is then optimistic.
+microbatch and the bytes it sends do. Each action also pays its rank's host time between blocks
+(``action_overhead_us``: posting sends and receives, the schedule's own Python), which does not shrink with the
+microbatch. The predicted step is the measured one (the baseline replay) plus the difference of the two simulated
+spans, so what the simulation leaves out (the optimizer, other collectives) stays as measured. Halving assumes
+compute proportional to the microbatch's size: kernels too small to fill the device, or per-op host overhead
+inside a block, shrink less, and the prediction is then optimistic.
 """
 
 from __future__ import annotations
@@ -79,11 +81,31 @@ def hop_times(p2p: pd.DataFrame, steps: set[int]) -> dict[tuple[int, int], float
     return {(int(a), int(b)): float(t) for (a, b), t in medians.items() if np.isfinite(t)}
 
 
+def action_overhead_us(graph: pd.DataFrame | None, blocks: pd.DataFrame, steps: set[int]) -> dict[int, float]:
+    """rank -> its busy time per block, outside the blocks' compute, from its first block's start to its last
+    block's end (median over ``steps``; us): what each action of the schedule costs the rank besides its compute.
+    Busy time is the graph's own times of the rank's nodes starting there (not its P2P spans, which wait) plus the
+    enclosing ops' own time before them (``busy_ns``)."""
+    if graph is None or graph.empty:
+        return {}
+    mine = graph[~graph["cat"].isin(["comm", "marker"]).to_numpy()]
+    start = mine["start_ns"].to_numpy(dtype=float)
+    own = (mine["end_ns"].to_numpy(dtype=float) - start + mine["busy_ns"].to_numpy(dtype=float)) / 1e3
+    rank = mine["rank"].to_numpy()
+    per: dict[int, list[float]] = {}
+    for (r, _), bb in blocks[blocks["step"].isin(steps)].groupby(["rank", "step"]):
+        lo, hi = bb["start_us"].min() * 1e3, bb["end_us"].max() * 1e3
+        inside = (rank == r) & (start >= lo) & (start <= hi)
+        per.setdefault(int(r), []).append(max(float(own[inside].sum() - bb["compute_us"].sum()), 0.0) / len(bb))
+    return {r: float(np.median(v)) for r, v in per.items()}
+
+
 def microbatch_prediction(pipeline: pd.DataFrame, blocks: pd.DataFrame, p2p: pd.DataFrame, base_step_us: float,
-                          factor: int = 2, compute_scale: dict[int, float] | None = None) -> tuple[float, dict, str]:
+                          factor: int = 2, compute_scale: dict[int, float] | None = None,
+                          graph: pd.DataFrame | None = None) -> tuple[float, dict, str]:
     """(predicted step us, the simulation's facts, '') with ``factor`` x the microbatches at the same global batch;
     (NaN, facts, why not) where it cannot be predicted. ``compute_scale``: rank -> factor on its stages' compute
-    (as ``scenarios.whatif``'s)."""
+    (as ``scenarios.whatif``'s); ``graph``: the run graph, for each rank's host time per action (None: none)."""
     if pipeline is None or pipeline.empty or blocks is None or blocks.empty:
         return math.nan, {}, NOT_PIPELINE
     rows = window_rows(pipeline)
@@ -115,11 +137,13 @@ def microbatch_prediction(pipeline: pd.DataFrame, blocks: pd.DataFrame, p2p: pd.
         ra, rb = stage_rank[a], stage_rank[b]
         return 0.0 if ra == rb else hops[(ra, rb)] * scale
 
-    span = pipesim.makespan(orders, lambda s, ph: cost[(s, ph)], hop, n_stages)
-    span_more = pipesim.makespan(bigger, lambda s, ph: cost[(s, ph)] / factor,
+    overhead = action_overhead_us(graph, blocks, steps)
+    extra = {st: overhead.get(r, 0.0) for st, r in stage_rank.items()}
+    span = pipesim.makespan(orders, lambda s, ph: cost[(s, ph)] + extra[s], hop, n_stages)
+    span_more = pipesim.makespan(bigger, lambda s, ph: cost[(s, ph)] / factor + extra[s],
                                  lambda a, b: hop(a, b, 1 / factor), n_stages)
     measured = measured_span_us(blocks, steps)
-    facts = {"schedule": schedule, "stages": p, "stages_per_rank": v, "microbatches": m,
+    facts = {"schedule": schedule, "stages": p, "stages_per_rank": v, "microbatches": m, "action_overhead_us": overhead,
              "simulated_span_us": span, "simulated_span_more_us": span_more, "measured_span_us": measured}
     return base_step_us + span_more - span, facts, ""
 

@@ -91,7 +91,8 @@ def whatif(summary, scenarios=None, compute_scale: dict[int, float] | None = Non
     if "microbatches_x2" in names:
         base = float(table.loc["baseline", "step_time_us"])
         predicted, _, why = pipeline_whatif.microbatch_prediction(
-            summary.pipeline, summary.pipeline_blocks, summary.p2p, base, compute_scale=compute_scale)
+            summary.pipeline, summary.pipeline_blocks, summary.p2p, base, compute_scale=compute_scale,
+            graph=summary.graph)
         pipeline_reason["microbatches_x2"] = why
         table.loc["microbatches_x2", "step_time_us"] = predicted
         table.loc["microbatches_x2", ["speedup", "saving_us", "saving_pct"]] = [
@@ -306,7 +307,7 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
                           stage_scale=stage_scale).set_index("scenario")
     base = float(table.loc["baseline", "step_time_us"])
     if "microbatches_x2" in wanted:
-        predicted, _, _ = pipeline_whatif.microbatch_prediction(pipeline, blocks, p2p, base)
+        predicted, _, _ = pipeline_whatif.microbatch_prediction(pipeline, blocks, p2p, base, graph=graph)
         table.loc["microbatches_x2", ["step_time_us", "saving_us", "saving_pct"]] = [
             predicted, base - predicted, (base - predicted) / base * 100]
     out = []
