@@ -5,12 +5,11 @@ one step twice, and a GPU run's timeline has its host threads."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 import tracekit
-from test_browser import PAGES, app_url, chromium, driver, open_page, wait_for_page  # noqa: F401 (fixtures)
+from test_browser import app_url, chromium, driver, open_page, pytestmark  # noqa: F401 (fixtures; the skip without Chromium)
 from viewer_runs import SAMPLES
 from tracekit.render import report
 
