@@ -242,6 +242,24 @@ def test_a_timeline_link_opens_the_step_of_the_gap(app, root):
     assert any(s.get("line", {}).get("dash") == "dot" for s in layout["shapes"])  # the moment is marked
 
 
+def test_a_rank_of_one_step_has_no_step_slider_but_a_sentence(tmp_path, monkeypatch):
+    from tracedata import write_trace
+    from viewer_runs import tiny_gpu_rank
+
+    for rank in (0, 1):  # the tiny run's first step only
+        events = [e for e in tiny_gpu_rank(rank) if e["ts"] < 1000]
+        write_trace(tmp_path / "runs" / "one" / f"rank-{rank}.pt.trace.json.gz", events, rank=rank,
+                    deviceProperties=[{"name": "NVIDIA H100"}])
+    assert tracekit.summarize(tmp_path / "runs" / "one", cache=False).steps["step"].tolist() == [1, 1]
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(tmp_path / "runs")])
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.query_params.update({"run": "runs/one", "page": "timeline", "rank": "0"})
+    at.run()
+    no_exception(at)
+    assert not at.select_slider and not at.toggle
+    assert "Step 1, the only step of rank 0." in [c.value for c in at.caption]
+
+
 def test_the_timeline_range_slider_shows_two_steps_never_one_twice(app):
     """The range slider (two thumbs) is there only when several steps are asked for, from the step shown to the
     next; one step is picked on a one-thumb slider (two thumbs on one step read "1 1")."""
