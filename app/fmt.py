@@ -8,8 +8,6 @@ numbers, except in a column that holds an ``n/a`` (see ``shown``).
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from tracekit import fmt as _fmt
@@ -37,32 +35,17 @@ def rate(samples_per_s) -> str:
 
 
 def gbps(value) -> str:
-    """A bandwidth in GB/s with three significant digits and no exponent: ``tracekit.fmt.num`` with as many
-    decimals as that takes (``0.000626``, ``0.0626``, ``26.7``, ``1,234``).
+    """A bandwidth in GB/s as every number is written (``tracekit.fmt.figure``).
 
     >>> gbps(0.00062612), gbps(26.66), gbps(1234.4), gbps(float("nan"))
-    ('0.000626', '26.7', '1,234', 'unknown')
+    ('0.000626', '26.66', '1,234.40', 'unknown')
     """
-    if _fmt.is_unknown(value):
-        return UNKNOWN
-    if value == 0 or not math.isfinite(value):
-        return _fmt.num(value, 0)
-    return _fmt.num(value, max(0, 2 - math.floor(math.log10(abs(value)))))
-
-
-def _general(value) -> str:
-    """A number with no unit in its column's name: four significant digits, whole numbers from 10,000 up."""
-    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:,.4g}"
-
-
-# (end of a column's name, how its numbers are written); the first that matches is used.
-FORMATS = (("roofline_us", "{:,.3g}"), ("roofline", "{:.1f}"), ("_ms", "{:,.2f}"), ("_ms_per_step", "{:,.2f}"),
-           ("_us", "{:,.1f}"), ("_pct", "{:.1f}"), ("_share", "{:.2f}"), ("MB", "{:,.2f}"), ("_gbps", gbps),
-           ("tflops", "{:.3g}"), ("GFLOP", "{:,.4g}"), ("bytes", "{:,.4g}"))
+    return _fmt.figure(value)
 
 
 def _format_of(name) -> object:
-    return next((f for suffix, f in FORMATS if str(name).endswith(suffix)), _general)
+    """How a column's numbers are written: by the unit its name ends with (``tracekit.fmt.by_column``)."""
+    return _fmt.by_column(name)
 
 
 def not_applicable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +78,7 @@ def _mask(frame: pd.DataFrame, na: pd.DataFrame | None) -> pd.DataFrame:
 def text(values: pd.Series, name, na_cells=None) -> pd.Series:
     """A column as text, each number by its column's unit; an empty cell ``n/a`` where ``na_cells``, else ``unknown``."""
     f = _format_of(name)
-    write = f if callable(f) else f.format
+    write = f
     na_cells = [False] * len(values) if na_cells is None else list(na_cells)
     return pd.Series([(NOT_APPLICABLE if n else UNKNOWN) if _fmt.is_unknown(v) else write(v)
                       for v, n in zip(values, na_cells)], index=values.index, dtype=object)

@@ -180,13 +180,19 @@ def test_timeline_lanes_from_a_real_classified_trace(tmp_path):
     _, events, comm_args = read_rank(run / "rank-0.pt.trace.json.gz", default_rank=0)
     lanes = timeline.lanes(classify(events, comm_args), summary.run.origin_ns)
     kinds = lanes.groupby("lane")["kind"].agg(lambda k: sorted(set(k))).to_dict()
-    assert kinds == {"steps": ["step"], "stream 7": ["compute", "memory"], "stream 20": ["comm"]}
-    assert timeline.lane_order(lanes["lane"]) == ["steps", "stream 7", "stream 20"]
+    # The host thread beside the streams: its aten::mm ops (3, 4 us each) and its runtime calls (the launches).
+    assert kinds == {"steps": ["step"], "stream 7": ["compute", "memory"], "stream 20": ["comm"],
+                     "thread 1": ["host", "launch"]}
+    assert timeline.lane_order(lanes["lane"]) == ["steps", "stream 7", "stream 20", "thread 1"]
+    host = lanes[lanes["kind"] == "host"]
+    assert host["name"].tolist() == ["aten::mm"] * 3 and host["dur_us"].tolist() == [4.0] * 3
+    assert (lanes["kind"] == "launch").sum() == 3 * 5  # 3 steps x (2 gemms, a memcpy, 2 all-reduces)
     comm = lanes[lanes["kind"] == "comm"]
     assert comm["start_us"].tolist() == summary.collectives.loc[summary.collectives["rank"] == 0, "start_us"].tolist()
     gaps = timeline.gap_lane(summary.gaps[summary.gaps["rank"] == 0])
     fig = timeline.figure(timeline.bars(pd.concat([lanes, gaps]), 0, 3000), 0, 3000, summary.gaps)
-    assert {t.name for t in fig.data} >= {"step", "compute", "comm", "memory", "idle"} and fig.layout.shapes
+    assert {t.name for t in fig.data} >= {"step", "compute", "comm", "memory", "idle", "host"} and fig.layout.shapes
+    assert "thread 1" in fig.layout.yaxis.tickvals
 
 
 # --------------------------------------------------------------------------------------------------- report

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import tracekit
+from tracekit import fmt
 from tracekit.cli.main import main
 from tracekit.cli.whatif import text_table
 from tracekit.predict.scenarios import WHATIF_COLUMNS
@@ -100,16 +101,16 @@ def _columns(rows: list[list[str]]) -> str:
     return "\n".join(" ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
 
 
-def test_whatif_prints_ms_percent_and_two_decimal_speedups(tmp_path, capsys):
+def test_whatif_prints_ms_percent_and_speedups(tmp_path, capsys):
     store = tmp_path / "cache"  # the run is read once, then the CLI's runs are cache hits
     table = tracekit.whatif(tracekit.summarize(STRAGGLER_RUN, workers=1, cache_dir=store))
     rows = [["scenario", "step ms", "speed-up", "saving ms", "saving %"]]
-    rows += [[r.scenario, f"{r.step_time_us / 1e3:,.2f}", f"{r.speedup:.2f}x", f"{r.saving_us / 1e3:,.2f}",
+    rows += [[r.scenario, fmt.ms(r.step_time_us), fmt.ratio(r.speedup), fmt.ms(r.saving_us),  # tracekit.fmt.figure
               f"{r.saving_pct:.1f}"] for r in table.itertuples()]
     assert main(["whatif", str(STRAGGLER_RUN), "--workers", "1", "--cache-dir", str(store)]) == 0
     out = capsys.readouterr().out
     assert out == _columns(rows) + "\n"
-    assert "_us" not in out and "258,842.8" not in out and " 1.22x " in out  # no raw us, speed-ups to 2 decimals
+    assert "_us" not in out and "258,842.8" not in out and " 1.22x " in out  # no raw us, speed-ups as figures
 
     assert main(["whatif", str(STRAGGLER_RUN), "--workers", "1", "--cache-dir", str(store), "--json"]) == 0
     records = json.loads(capsys.readouterr().out)  # --json: the raw table, microseconds
@@ -125,7 +126,7 @@ def test_whatif_text_says_unknown_for_what_the_trace_cannot_give():
     assert text_table(table).splitlines() == [" scenario step ms speed-up saving ms saving %",
                                               " baseline    1.23    1.00x      0.00      0.0",
                                               "  comm_x2 unknown  unknown   unknown  unknown",
-                                              "comm_x0.5    2.47    0.50x     -1.23   -100.0"]
+                                              "comm_x0.5    2.47   0.500x     -1.23   -100.0"]
 
 
 # --- export beside the run ------------------------------------------------------------------------------------------

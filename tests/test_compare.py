@@ -73,7 +73,7 @@ def test_a_collective_one_run_never_calls_is_zero_there(runs):
     text = str(comparison)
     busbw = next(line for line in text.splitlines() if line.strip().startswith("all_reduce_median_busbw_gbps"))
     calls = next(line for line in text.splitlines() if line.strip().startswith("all_reduce_calls_per_step"))
-    assert busbw.split()[3] == "n/a" and calls.split()[2:4] == ["1.000", "0.000"]
+    assert busbw.split()[3] == "n/a" and calls.split()[2:4] == ["1.00", "0.00"]
     assert not [line for line in text.splitlines() if "all_reduce" in line and "unknown" in line]
     reverse = tracekit.compare(runs[1], runs[0]).table.set_index("metric")
     assert reverse.loc["all_reduce_calls_per_step", ["a", "b"]].tolist() == [0.0, 1.0]
@@ -99,6 +99,6 @@ def test_rows_name_their_source_and_a_disagreement_in_direction_is_flagged():
     source = c.table.set_index("metric")["source"]
     assert source["throughput_samples_per_s"] == THROUGHPUT_SOURCE and source["step_time_ms"] == TRACE_SOURCE
     assert set(source.drop("throughput_samples_per_s")) == {TRACE_SOURCE}
-    assert len(c.notes) == 1 and "implies 0.82x the throughput" in c.notes[0] and "1.18x" in c.notes[0]
+    assert len(c.notes) == 1 and "implies 0.820x the throughput" in c.notes[0] and "1.18x" in c.notes[0]
     assert "note: the profiled step time (1.22x)" in str(c)
     assert compare_summaries(with_rate(base, 100.0), with_rate(slower, 85.0)).notes == ()

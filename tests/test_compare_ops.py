@@ -121,11 +121,11 @@ def test_the_text_has_both_sections_after_the_metrics(comparison):
     assert "device self time" in lines[ops_at]
     assert lines[ops_at + 1].split() == ["op", "status", "calls/step", "a", "calls/step", "b", "ms/step", "a",
                                          "ms/step", "b", "change", "ms", "ratio"]
-    assert lines[ops_at + 2].split() == ["aten::mm", "both", "1", "1", "0.20", "0.40", "+0.20", "2.00x"]
-    assert lines[ops_at + 3].split() == ["aten::gelu", "added", "0", "1", "0.00", "0.08", "+0.08", "n/a"]
-    assert lines[ops_at + 5].split() == ["aten::dropout", "removed", "1", "0", "0.03", "0.00", "-0.03", "0.00x"]
+    assert lines[ops_at + 2].split() == ["aten::mm", "both", "1", "1", "0.200", "0.400", "+0.200", "2.00x"]
+    assert lines[ops_at + 3].split() == ["aten::gelu", "added", "0", "1", "0.00", "0.0800", "+0.0800", "n/a"]
+    assert lines[ops_at + 5].split() == ["aten::dropout", "removed", "1", "0", "0.0300", "0.00", "-0.0300", "0.00x"]
     kernel_rows = lines[next(i for i, line in enumerate(lines) if line.startswith("By kernel")) + 2:]
-    assert kernel_rows[2].split() == ["relu_kernel", "both", "1", "2", "0.05", "0.10", "+0.05", "2.00x"]
+    assert kernel_rows[2].split() == ["relu_kernel", "both", "1", "2", "0.0500", "0.100", "+0.0500", "2.00x"]
 
 
 def test_long_names_are_shortened_in_the_text_only(tmp_path):
@@ -136,7 +136,7 @@ def test_long_names_are_shortened_in_the_text_only(tmp_path):
     assert result.kernels["name"].tolist() == [name]
     row = next(line for line in str(result).splitlines() if "vectorized_elementwise" in line)
     assert row.split("  ")[1] == name[:57] + "..."  # 57 characters and "...": 60
-    assert row.split()[-6:] == ["1", "1", "0.01", "0.02", "+0.01", "2.00x"]
+    assert row.split()[-6:] == ["1", "1", "0.0100", "0.0200", "+0.0100", "2.00x"]
 
 
 def test_runs_without_ops_or_kernels_say_so_in_one_line(comparison, folders):

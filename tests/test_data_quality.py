@@ -44,7 +44,7 @@ def test_a_clean_run_has_the_table_and_no_notes(tmp_path):
          "pre_trace_events": 0, "pre_trace_device_us": 0.0, "unsized_ep_comm": 0, "dropped_events": 0,
          "unknown_categories": "",
          "unknown_category_events": 0, "rank_source": "distributedInfo", "rank_out_of_range": "",
-         "shapes_recorded": True, "operators_unusable": False, "ops_beyond_bound": 0,
+         "shapes_recorded": True, "operators_unusable": False, "ops_beyond_bound": 0, "unknown_flops": "",
          "memory_events": 1, "device_peaks": "NVIDIA A100 SXM4 80GB", "graph_capture_calls": 0,
          "captured_steps": "", "held_back_findings": "", "step_source": "ProfilerStep",
          "missing_steps": ""} for r in (0, 1)]

@@ -138,6 +138,7 @@ def test_cli_whatif(gpu_dir, capsys):
 
     assert main(["whatif", str(gpu_dir), "--no-cache", "--scenario", "baseline", "--scenario", "comm_x2"]) == 0
     out = capsys.readouterr().out
-    # 100 us -> 95 us: the CLI speaks ms (0.10), the speed-up 1.05x and the saving 5.0%
+    # 100 us -> 95 us: the CLI speaks ms (0.0950, three significant digits below 1), the speed-up 1.05x, the saving
+    # 0.00500 ms and 5.0%
     row = next(line.split() for line in out.splitlines() if line.strip().startswith("comm_x2"))
-    assert row == ["comm_x2", "0.10", "1.05x", "0.01", "5.0"]
+    assert row == ["comm_x2", "0.0950", "1.05x", "0.00500", "5.0"]

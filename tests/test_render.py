@@ -47,9 +47,9 @@ def test_unnamed_gpu_is_not_called_cpu(summary):
 def test_rank_line_in_ms_with_shares_of_the_span(summary):
     line = rank_line(str(summary))
     assert line.split()[:3] == ["0", "gpu", "2"]  # rank, device, steps
-    for shown in ("2.00", "3.75", "3.00 (80%)", "0.50 (13%)", "0.25 (7%)", "0.0"):  # step, span, compute, exposed,
+    for shown in ("2.00", "3.75", "3.00 (80%)", "0.500 (13%)", "0.250 (7%)", "0.0"):  # step, span, compute, exposed,
         assert f" {shown} " in f" {line} ", (shown, line)                            # idle, overlap %
-    assert line.split()[-3:] == ["2", "0.50", "2.00"]  # all_reduce n, ms, MB
+    assert line.split()[-3:] == ["2", "0.500", "2.00"]  # all_reduce n, ms, MB
 
 
 def test_per_op_line_in_ms_mb_and_gbps(summary):
@@ -58,7 +58,7 @@ def test_per_op_line_in_ms_mb_and_gbps(summary):
     at = next(i for i, line in enumerate(lines) if line.startswith("Collectives in the window"))
     op = lines[at + 2].split()
     # 2 calls, 0.5 ms, 2 MB; busbw = 1e6 B / 250 us = 4 GB/s, x 2(n-1)/n = 1 for n = 2.
-    assert op == ["all_reduce", "2", "0.50", "2.00", "4.00"]
+    assert op == ["all_reduce", "2", "0.500", "2.00", "4.00"]
 
 
 def test_json_carries_the_same_numbers(summary):

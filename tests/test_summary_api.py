@@ -70,7 +70,7 @@ def test_repr_of_a_hand_built_summary_is_the_overview_of_its_known_numbers():
     assert repr(hand_built()).splitlines() == [
         "tracekit Summary of tiny <run>",
         "  ranks read 2 of world size 2, backend nccl, devices: NVIDIA H100",
-        "  window drop_last, steps per rank 2, mean step time 0.51 ms",
+        "  window drop_last, steps per rank 2, mean step time 0.510 ms",
         "  share of the span, mean over ranks: compute 50.0 %, exposed comm 25.0 %, idle 22.5 %",
         "  MFU 15.0 % (mean over ranks)",
         "  findings: 1 high, 1 medium, 0 low",
@@ -114,7 +114,7 @@ def test_repr_copes_with_what_a_run_does_not_say():
     ranks = uneven.ranks.assign(steps=[2, 3], span_us=[1000.0, 0.0])
     lines = repr(dataclasses.replace(uneven, ranks=ranks, findings=())).splitlines()
     assert lines[1] == "  ranks read 2 of world size 2, 4, backend gloo, nccl, devices: NVIDIA H100"
-    assert lines[2] == "  window drop_last, steps per rank 2 to 3, mean step time 0.51 ms"
+    assert lines[2] == "  window drop_last, steps per rank 2 to 3, mean step time 0.510 ms"
     # A rank without a span has no shares: the mean is over the ranks that have one.
     assert lines[3] == "  share of the span, mean over ranks: compute 60.0 %, exposed comm 10.0 %, idle 25.0 %"
     assert lines[5] == "  findings: 0 high, 0 medium, 0 low"
@@ -259,7 +259,7 @@ def test_repr_html_shows_the_overview_cards_and_the_top_findings():
     for label, value in numbers.items():
         if label != "source":
             assert f">{html.escape(label)}</div><div" in page and f">{html.escape(value)}<" in page, label
-    assert ">15.0 %<" in page and ">0.51 ms<" in page and ">1 high, 1 medium, 5 low<" in page
+    assert ">15.0 %<" in page and ">0.510 ms<" in page and ">1 high, 1 medium, 5 low<" in page
     assert "tracekit Summary of tiny &lt;run&gt;" in page
     # The first five findings, largest gain first; the others counted.
     shown = [f for f in s.findings if f">{html.escape(f.message)}<" in page]

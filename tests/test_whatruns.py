@@ -483,7 +483,7 @@ def test_one_mm_beside_the_annotations_counts_its_flops_by_hand(tmp_path, cat):
     assert ranks.loc[0, "mfu_pct"] == pytest.approx(flops / 989.4e12 / 2000e-6 * 100)
     assert math.isnan(ranks.loc[1, "matmul_flops_per_step"]) and math.isnan(ranks.loc[1, "mfu_pct"])
     table = str(s).split("Matmul FLOPs and MFU per rank")[1].split("\n\n")[0].splitlines()
-    assert table[2].split()[-3:] == ["0.13", "0.13", "0.0"]  # rank 0: 0.134 GFLOP in each 1 ms step: 0.134 TFLOPS/s
+    assert table[2].split()[-3:] == ["0.134", "0.134", "0.0"]  # rank 0: 0.134 GFLOP in each 1 ms step: 0.134 TFLOPS/s
     assert table[3].split()[-3:] == ["unknown"] * 3  # rank 1
 
 

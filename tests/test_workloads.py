@@ -140,6 +140,33 @@ def test_image_folder_data(tmp_path):
     assert run["samples_per_step"] == 4 and run["traces"] == []
 
 
+def test_memory_is_recorded_unless_turned_off():
+    from workloads import resnet
+
+    flags = ["--cpu", "--profile", "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2"]
+    assert resnet.parse_config(flags)[0].profile_memory is True
+    assert resnet.parse_config([*flags, "--no-profile-memory"])[0].profile_memory is False
+    assert resnet.parse_config([*flags, "--profile-memory"])[0].profile_memory is True
+
+
+def test_profiler_overhead_is_the_recorded_step_time_over_the_unprofiled_one():
+    from workloads import resnet
+    from workloads.record import StepClock
+
+    cfg = resnet.parse_config(["--cpu", "--profile", "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2"])[0]
+    clock = StepClock(cfg, None, samples_per_step=8)
+    # The recorded steps (cfg.profiled_steps) take 15 ms, the un-profiled one after the profiler stops 10 ms; step 0
+    # (start-up) and the steps between the profiler's start and its recording count as neither.
+    clock.step_ms = [100.0, 10.0, 15.0, 15.0, 10.0]
+    recorded = [clock.step_ms[i] for i in cfg.profiled_steps]
+    unprofiled = [ms for i, ms in enumerate(clock.step_ms) if i > 0 and not cfg.wait <= i < cfg.profiled_steps.stop]
+    assert (recorded, unprofiled) == ([15.0, 15.0], [10.0])  # 15 ms against 10 ms: 50% slower
+    assert clock.profiler_overhead() == 0.5
+    assert "profiler overhead +50.0% per step (with profile_memory)" in clock.summary()
+    clock.step_ms = [100.0, 10.0, 15.0, 15.0]  # no un-profiled step: unknown
+    assert clock.profiler_overhead() is None
+
+
 # ------------------------------------------------------------------------------- real runs, read back
 
 @pytest.fixture(scope="module")
@@ -170,6 +197,10 @@ def test_run_json_describes_the_run(fixture, request):
     assert run["micro_batches_per_step"] == run["config"]["accum"]
     assert run["samples_per_step"] == 4 * 2 * run["config"]["accum"]
     assert run["throughput_samples_per_s"]["unprofiled"] > 0 and run["throughput_samples_per_s"]["profiled"] > 0
+    rates = run["throughput_samples_per_s"]
+    assert run["profiler_overhead"] == pytest.approx(rates["unprofiled"] / rates["profiled"] - 1, abs=1e-3)
+    assert run["config"]["profile_memory"] is True  # the default: the Memory page has data
+    assert any(e.get("name") == "[memory]" for e in trace(out, 0)["traceEvents"])
     assert run["versions"]["torch"] == torch.__version__
     for rank in (0, 1):
         assert trace(out, rank)["distributedInfo"]["rank"] == rank

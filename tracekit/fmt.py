@@ -2,10 +2,13 @@
 the viewer. Times in milliseconds, sizes in MB (1e6 bytes), bandwidth in GB/s, shares in percent; a number the
 trace cannot give is ``unknown``, a share that has no meaning (overlap without communication) is ``n/a``.
 
+Every measured quantity (ms, MB, GB/s, GFLOP, TFLOPS/s, a ratio) is written by ``figure``: two decimals from 1 up,
+three significant digits below 1, never an exponent. Shares (``pct``), MFU and throughputs keep one decimal.
+
 The tables keep their own units (``_us``, ``bytes``); ``display_units`` turns a table into these for showing.
 
->>> ms(1234.5), mb(2.5e6), pct(float("nan")), num(float("nan"))
-('1.23', '2.50', 'n/a', 'unknown')
+>>> ms(1234.5), ms(698.8), mb(2.5e6), pct(float("nan")), num(float("nan"))
+('1.23', '0.699', '2.50', 'n/a', 'unknown')
 >>> ms(1234.5, unit=True)
 '1.23 ms'
 """
@@ -34,14 +37,59 @@ def num(value, digits: int = 2, unit: str = "") -> str:
     return f"{value:,.{digits}f}" + (f" {unit}" if unit else "")
 
 
+def figure(value, unit: str = "") -> str:
+    """A measured quantity as tracekit writes it: two decimals from 1 up (thousands separated), three significant
+    digits below 1, with no exponent; then `` unit`` if given. 0 is ``0.00``.
+
+    >>> figure(125.018), figure(0.6988), figure(0.09782), figure(1.651e-05), figure(0.000883), figure(-0.5)
+    ('125.02', '0.699', '0.0978', '0.0000165', '0.000883', '-0.500')
+    >>> figure(1234.5, "ms"), figure(float("nan")), figure(0.0)
+    ('1,234.50 ms', 'unknown', '0.00')
+    """
+    if is_unknown(value):
+        return UNKNOWN
+    value = float(value)
+    if value == 0 or not math.isfinite(value) or abs(value) >= 1:
+        return num(value, 2, unit)
+    digits = 2 - math.floor(math.log10(abs(value)))
+    if round(abs(value), digits) >= 1:  # 0.9996 rounds up to 1.00: written as from 1 up
+        return num(value, 2, unit)
+    return num(value, digits, unit)
+
+
+def ratio(value) -> str:
+    """A ratio (b / a, a speed-up) as ``figure`` writes it, then ``x``; ``n/a`` when there is none (a ratio of nothing).
+
+    >>> ratio(0.6988), ratio(1.2), ratio(float("nan"))
+    ('0.699x', '1.20x', 'n/a')
+    """
+    return NOT_APPLICABLE if is_unknown(value) else figure(value) + "x"
+
+
 def ms(us, unit: bool = False) -> str:
-    """Microseconds shown as milliseconds: ``ms(1234.5) == '1.23'``, ``ms(1234.5, unit=True) == '1.23 ms'``."""
-    return UNKNOWN if is_unknown(us) else num(us / 1e3, 2, "ms" if unit else "")
+    """Microseconds shown as milliseconds (``figure``): ``ms(1234.5) == '1.23'``, ``ms(1234.5, unit=True) == '1.23 ms'``."""
+    return UNKNOWN if is_unknown(us) else figure(us / 1e3, "ms" if unit else "")
 
 
 def mb(nbytes, unit: bool = False) -> str:
-    """Bytes shown as MB (1e6 bytes)."""
-    return UNKNOWN if is_unknown(nbytes) else num(nbytes / 1e6, 2, "MB" if unit else "")
+    """Bytes shown as MB (1e6 bytes; ``figure``)."""
+    return UNKNOWN if is_unknown(nbytes) else figure(nbytes / 1e6, "MB" if unit else "")
+
+
+def gflop(flops) -> str:
+    """FLOPs shown as GFLOP (``figure``): ``gflop(16510.0) == '0.0000165'``."""
+    return UNKNOWN if is_unknown(flops) else figure(flops / 1e9)
+
+
+def tflops(flops, us) -> str:
+    """FLOPs over microseconds, shown as TFLOPS/s (``figure``); unknown when either is unknown or the time is not > 0.
+
+    >>> tflops(883.0, 1.0), tflops(1e9, 0.0)
+    ('0.000883', 'unknown')
+    """
+    if is_unknown(flops) or is_unknown(us) or us <= 0:
+        return UNKNOWN
+    return figure(flops / us / 1e6)
 
 
 def pct(value, unit: bool = False) -> str:
@@ -62,16 +110,47 @@ def mfu(value, device_peaks: str | None) -> str:
     return num(value, 1)
 
 
+def _one_decimal(value) -> str:
+    return num(value, 1)
+
+
+def _whole_or_figure(value) -> str:
+    """A number with no unit in its column's name: a count (whole) as it is, anything else by ``figure``."""
+    return num(value, 0) if float(value).is_integer() else figure(value)
+
+
+# (end of a column's name, how its numbers are written): shares in percent with one decimal, every measured quantity
+# by ``figure``; the first that matches is used. ``a``, ``b`` and ``ratio`` are ``tracekit.compare``'s columns.
+COLUMN_FORMATS = (("_pct", _one_decimal), ("pct_of_roofline", _one_decimal), ("_us", figure), ("_ms", figure),
+                  ("_ms_per_step", figure), ("_share", figure), ("MB", figure), ("_gbps", figure),
+                  ("tflops", figure), ("GFLOP", figure))
+QUANTITY_COLUMNS = ("a", "b", "ratio")
+
+
+def by_column(name):
+    """How a number in a table column named ``name`` is written (``COLUMN_FORMATS``): a function of the number.
+
+    >>> by_column("step_time_ms")(125.018), by_column("overlap_pct")(0.6988), by_column("b")(0.09782)
+    ('125.02', '0.7', '0.0978')
+    >>> by_column("calls")(3.0), by_column("calls")(2.5)
+    ('3', '2.50')
+    """
+    name = str(name)
+    if name in QUANTITY_COLUMNS:
+        return figure
+    return next((f for suffix, f in COLUMN_FORMATS if name.endswith(suffix)), _whole_or_figure)
+
+
 def rate(samples_per_s) -> str:
     """Throughput in samples per second, one decimal (the unit is in the label)."""
     return num(samples_per_s, 1)
 
 
 def share(part_us, whole_us) -> str:
-    """A time in ms with its share of a whole: ``'1.20 (40%)'``; unknown when either is unknown or the whole is 0."""
+    """A time in ms (``figure``) with its share of a whole: ``'1.20 (40%)'``; unknown when either is unknown or the whole is 0."""
     if is_unknown(part_us) or is_unknown(whole_us) or whole_us <= 0:
         return UNKNOWN
-    return f"{part_us / 1e3:,.2f} ({part_us / whole_us * 100:.0f}%)"
+    return f"{figure(part_us / 1e3)} ({part_us / whole_us * 100:.0f}%)"
 
 
 def ranks(values) -> str:

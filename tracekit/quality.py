@@ -168,6 +168,11 @@ def _row_notes(row: dict) -> list[str]:
         n = int(row["ops_beyond_bound"])
         out.append(f"{n} op {'rows' if n > 1 else 'row'} (summary.ops_by_shape) ran faster than the bound judged "
                    "against (data served from cache, or a math mode the trace does not show): rate and roofline unknown")
+    if isinstance(row.get("unknown_flops"), str) and row["unknown_flops"] and row.get("shapes_recorded") is not False:
+        listed = str(row["unknown_flops"])
+        out.append("matmul-class ops whose recorded Input Dims give no FLOP count (missing, or not matching each "
+                   f"other) leave the matmul FLOPs of step{'s' if ';' in listed else ''} {listed} unknown, and so the "
+                   "TFLOPS/s and MFU over them")
     if row.get("memory_events") == 0:
         out.append("no [memory] events (profile_memory was off): the memory tables are empty")
     if str(row.get("device_peaks") or "").startswith("unknown"):

@@ -175,6 +175,8 @@ DATA_QUALITY_COLUMNS = {
                        "missing when the trace has no CPU op (annotations are not ops): FLOPs and MFU unknown",
     "operators_unusable": "CPU ops recorded, but none with a usable duration (all dropped): FLOPs and MFU unknown",
     "ops_beyond_bound": "ops_by_shape rows whose rate beat its bound (beyond_bound): that rate and roofline NaN",
+    "unknown_flops": "steps whose matmul_flops are unknown and the matmul-class ops that make them so (no FLOP count "
+                     "from their recorded shapes), '551: aten::linear x3; ...'; '' when none",
     "memory_events": "profile_memory's [memory] events in the trace (0: profile_memory was off)",
     "device_peaks": "the datasheet entry the device matched (tracekit.devices), 'unknown: <name>' when none, "
                     "'' on a CPU-only rank",

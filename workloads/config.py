@@ -49,7 +49,7 @@ class TrainConfig:
     straggler_rank: int | None = None
     straggler_ms: float = 0.0
     fail_rank: int | None = None
-    profile_memory: bool = False
+    profile_memory: bool = True  # [memory] events: tracekit's memory tables and the viewer's Memory page
     with_flops: bool = False
 
     def __post_init__(self) -> None:
@@ -139,8 +139,9 @@ def base_parser(prog: str, manual: str) -> Parser:
     prof.add_argument("--wait", type=int, default=2, help="steps before the profiler starts")
     prof.add_argument("--warmup", type=int, default=1, help="profiler warm-up steps (recorded, then discarded)")
     prof.add_argument("--active", type=int, default=3, help="steps recorded in the trace")
-    prof.add_argument("--profile-memory", action="store_true", default=None,
-                      help="record allocations ([memory] events) in the trace: tracekit's memory tables")
+    prof.add_argument("--profile-memory", action=argparse.BooleanOptionalAction, default=None,
+                      help="record allocations ([memory] events) in the trace: tracekit's memory tables (on by "
+                           "default; --no-profile-memory turns it off, for a lighter profiler)")
     prof.add_argument("--with-flops", action="store_true", default=None,
                       help="the profiler's own FLOPs estimate on matmul and conv ops (tracekit computes FLOPs from "
                            "shapes either way)")

@@ -120,11 +120,22 @@ class StepClock:
         on = [ms for i, ms in enumerate(self.step_ms) if cfg.profile and i in cfg.profiled_steps]
         return {"unprofiled": self._rate(off), "profiled": self._rate(on)}
 
+    def profiler_overhead(self) -> float | None:
+        """How much longer a recorded step takes than an un-profiled one: the mean step time over the recorded
+        steps over the mean over the un-profiled steps (step 0 left out), less 1; 0.25 is 25% slower. None without
+        both kinds of steps."""
+        rates = self.throughput()
+        on, off = rates["profiled"], rates["unprofiled"]
+        return None if not on or not off else round(off / on - 1, 4)
+
     def summary(self) -> str:
-        """One line for the end of the run: the throughputs run.json records."""
+        """One line for the end of the run: the throughputs run.json records, and the profiler's overhead."""
         rates = self.throughput()
         said = [f"{v:.1f} samples/s {k}" for k, v in rates.items() if v is not None]
-        return "throughput: " + (", ".join(said) if said else "unknown (no step after the first outside the profiler)")
+        overhead = self.profiler_overhead()
+        memory = "with" if self.cfg.profile_memory else "without"
+        return "throughput: " + (", ".join(said) if said else "unknown (no step after the first outside the profiler)") \
+            + (f"; profiler overhead {overhead:+.1%} per step ({memory} profile_memory)" if overhead is not None else "")
 
     def _rate(self, step_ms: list[float]) -> float | None:
         return round(self.samples_per_step * len(step_ms) / sum(step_ms) * 1e3, 3) if step_ms else None
@@ -156,6 +167,8 @@ def write_run_json(cfg: TrainConfig, rank: Rank, clock: StepClock, model: torch.
         "traces": [trace_name(r) for r in range(rank.world_size)] if cfg.profile else [],
         "step_ms": [round(ms, 3) for ms in clock.step_ms],
         "throughput_samples_per_s": clock.throughput(),
+        # recorded step time over un-profiled step time, less 1 (config.profile_memory says what was recorded)
+        "profiler_overhead": clock.profiler_overhead(),
         "flop_counter_flops_per_step": flops_per_step,
         # torch's own memory peak on this rank's GPU (None on CPU ranks): the reference for tracekit's memory table
         "cuda_max_memory_allocated_bytes": (torch.cuda.max_memory_allocated(rank.device)

@@ -29,7 +29,7 @@ flops, mfu = rank_value("matmul_flops_per_step"), rank_value("mfu_pct")
 st.markdown(f"**Device:** {peaks.name if peaks is not None else 'unknown' if device else 'CPU only'}",
             help="the datasheet entry (tracekit.devices) the device matched" if peaks is not None else why)
 cards = st.columns(2)
-cards[0].metric("Matmul GFLOP per step", fmt_num.UNKNOWN if math.isnan(flops) else f"{flops / 1e9:,.4g}", border=True,
+cards[0].metric("Matmul GFLOP per step", fmt_num.gflop(flops), border=True,
                 help="counted matmul-class FLOPs from the recorded shapes, mean over the window's steps")
 cards[1].metric("MFU", fmt.pct(mfu) if peaks is not None and not math.isnan(mfu)
                 else fmt_num.mfu(mfu, peaks.name if peaks is not None else ""), border=True,

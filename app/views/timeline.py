@@ -5,7 +5,7 @@ they hold."""
 import pandas as pd
 import streamlit as st
 
-from app import loader, state
+from app import fmt, loader, state
 from tracekit import quality
 from tracekit.render import timeline
 
@@ -32,6 +32,22 @@ def _clear_window():
     st.session_state.pop(WINDOW, None)
 
 
+def _several(numbers: list[int]):
+    """Several steps asked for: the range starts as the step shown and the next one (never one step twice)."""
+    first, last = st.session_state.get("timeline_steps", (numbers[0], numbers[0]))
+    if st.session_state["timeline_several"] and first == last:
+        later = [n for n in numbers if n > first]
+        st.session_state["timeline_steps"] = (first, later[0]) if later else (numbers[-2], first)
+    _clear_window()
+
+
+def _pick_one():
+    """One step picked on the one-thumb slider: the range it stands for is that step alone."""
+    step = st.session_state["timeline_step"]
+    st.session_state["timeline_steps"] = (step, step)
+    _clear_window()
+
+
 at = state.take_from_url("at")
 if at is not None:
     try:
@@ -43,6 +59,7 @@ if at is not None:
         inside = steps[(steps["start_us"] <= at_us) & (steps["start_us"] + steps["step_us"] > at_us)]
         if len(inside):
             st.session_state["timeline_steps"] = (int(inside["step"].iloc[0]),) * 2
+            st.session_state["timeline_several"] = False
         _clear_window()
 
 if len(steps):
@@ -51,10 +68,16 @@ if len(steps):
     chosen = st.session_state.get("timeline_steps")
     if not (isinstance(chosen, tuple) and set(chosen) <= set(numbers)):
         st.session_state["timeline_steps"] = (default[0], default[0])
-    if len(numbers) > 1:
+    first, last = st.session_state["timeline_steps"]
+    st.session_state.setdefault("timeline_several", first != last)
+    if len(numbers) == 1:
+        st.caption(f"Step {numbers[0]}, the only step of rank {ctx.rank}.")
+    elif st.toggle("Several steps", key="timeline_several", on_change=_several, args=(numbers,)):
+        # A range slider, whose two thumbs would read "3 3" on one step, only where a range is asked for.
         first, last = st.select_slider("Steps", numbers, key="timeline_steps", on_change=_clear_window)
     else:
-        first = last = numbers[0]
+        st.session_state["timeline_step"] = first
+        first = last = st.select_slider("Step", numbers, key="timeline_step", on_change=_pick_one)
     span = steps[(steps["step"] >= first) & (steps["step"] <= last)]
     t0, t1 = float(span["start_us"].min()), float((span["start_us"] + span["step_us"]).max())
 else:
@@ -70,7 +93,7 @@ elif first == last:
                 f"{quality.step_kind(s.data_quality, ctx.rank) or 'step'} to the next")
 else:
     measured = f"steps {first}-{last}, rank {ctx.rank}'s: the first one's start to the end of the last"
-fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {(t1 - t0) / 1e3:,.2f} ms ({measured})",
+fig = timeline.figure(drawn, t0, t1, gaps, title=f"rank {ctx.rank}: {fmt.ms(t1 - t0)} ({measured})",
                       threads=loader.thread_names(files[ctx.rank], ctx.key))
 marker = st.session_state.get("timeline_at")
 if marker is not None and t0 <= marker <= t1:
@@ -93,7 +116,8 @@ left, right = st.columns([4, 1])
 left.caption(f"{shown:,} events of {len(events):,} in view, drawn as {len(drawn):,} bars "
              f"({len(binned):,} of them bins holding {int(binned['n'].sum()):,} events too small to see at this zoom). "
              "Box-select on the chart to zoom in; idle gaps are shaded. CPU threads are named as the trace names them "
-             "(the thread id is in the hover).")
+             "(the thread id is in the hover); on a GPU rank they hold the host's ops (host) and runtime calls "
+             "(launch), the outermost drawn over what they enclose.")
 if WINDOW in st.session_state and right.button("Reset zoom", key="timeline_reset"):
     _clear_window()
     st.rerun()

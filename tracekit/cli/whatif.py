@@ -79,7 +79,7 @@ def text_table(table: pd.DataFrame) -> str:
     shown = pd.DataFrame({
         "scenario": table["scenario"].astype(str),
         "step ms": [fmt.ms(v) for v in table["step_time_us"]],
-        "speed-up": [fmt.UNKNOWN if fmt.is_unknown(v) else fmt.num(v, 2) + "x" for v in table["speedup"]],
+        "speed-up": [fmt.UNKNOWN if fmt.is_unknown(v) else fmt.ratio(v) for v in table["speedup"]],
         "saving ms": [fmt.ms(v) for v in table["saving_us"]],
         "saving %": [fmt.UNKNOWN if fmt.is_unknown(v) else fmt.pct(v) for v in table["saving_pct"]],
     }, columns=list(COLUMNS))

@@ -54,12 +54,13 @@ DDP_OP = re.compile(r"^DistributedDataParallel\.forward$|^torch\.distributed\.dd
 REDUCED_PRECISION = re.compile(r"(?i)bf16|fp16|f16|half|bfloat16|h884|h1688|h16816|hmma|fp8|e4m3|e5m2")
 
 
-def host_kinds(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame) -> np.ndarray:
+def host_kinds(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, device_rank: bool = True) -> np.ndarray:
     """Per gap (with its ``idle_host_us``): ``graph launch`` where some of it is ``host`` and the work that ends it
     was issued by a graph launch (its ``launch_ns`` is a graph-launch call's start on the rank), ``kernel launch``
-    where some is ``host`` and another call issued it, ``''`` where none of it is ``host``."""
-    if gaps.empty:
-        return np.array([], dtype=object)
+    where some is ``host`` and another call issued it, ``''`` where none of it is ``host``, and on every gap of a
+    rank with no device (``device_rank`` False: a CPU-only rank launches nothing)."""
+    if gaps.empty or not device_rank:
+        return np.full(len(gaps), "", dtype=object)
     graph = runtime_calls(events, GRAPH_LAUNCH)
     graph_ts = np.unique(events["ts_ns"].to_numpy()[graph])
     ge = gaps["start_ns"].to_numpy() + np.rint(gaps["dur_us"].to_numpy() * 1e3).astype(np.int64)

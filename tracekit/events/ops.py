@@ -50,12 +50,14 @@ def has_operators(ops: pd.DataFrame) -> bool:
 
 def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, window: pd.DataFrame,
               peaks: devices.DevicePeaks | None, device_rank: bool, launched=None) -> tuple[pd.DataFrame, ...]:
-    """(ops by name and shapes, ops by name, FLOPs per step, ops per window step) of one rank. ``steps``: its step table (step,
-    start_ns, end_ns); ``window``: the steps its metrics cover; ``launched``: ``launches(ops, events)`` when known."""
+    """(ops by name and shapes, ops by name, FLOPs per step, ops per window step, ``unknown_flops``) of one rank.
+    ``steps``: its step table (step, start_ns, end_ns); ``window``: the steps its metrics cover; ``launched``:
+    ``launches(ops, events)`` when known. ``unknown_flops`` says which ops leave which steps' FLOPs unknown
+    (``unknown_flops_text``; '' when none does)."""
     ops = usable(ops)
     if ops.empty:
         return (pd.DataFrame(columns=list(OP_SHAPE_COLUMNS)), pd.DataFrame(columns=list(OP_COLUMNS)),
-                pd.DataFrame(columns=list(STEP_FLOP_COLUMNS)), pd.DataFrame(columns=list(OP_STEP_COLUMNS)))
+                pd.DataFrame(columns=list(STEP_FLOP_COLUMNS)), pd.DataFrame(columns=list(OP_STEP_COLUMNS)), "")
     step = _step_of(ops["ts_ns"].to_numpy(), steps)
     in_window = np.isin(step, window["step"].to_numpy()) if len(steps) else np.ones(len(ops), dtype=bool)
     stepped = in_window & (step >= 0)
@@ -68,7 +70,7 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     flop_groups = Groups(pd.DataFrame({"rank": ops["rank"].to_numpy()[in_step], "step": step[in_step]}),
                          sort=True, dropna=True)
     sums = {k: {} for k in groups}
-    step_sums, flop_sums = {}, {}
+    step_sums, flop_sums, unknown_flops = {}, {}, ""
     # Each per-call column is made, reduced for every table that reads it, and let go before the next one.
     for column, values in _per_call(ops, events, in_window, peaks, device_rank, launched):
         for key, g in groups.items():
@@ -79,12 +81,45 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
             step_sums[column] = per_step.strict_sum(values[stepped])
         elif column in ("matmul_flops", "matmul_at_peak_us"):  # one unknown makes the step's sum unknown
             flop_sums[column] = flop_groups.strict_sum(values[in_step])
+            if column == "matmul_flops":
+                unknown_flops = unknown_flops_text(ops["name"].array[in_step], step[in_step], values[in_step])
     by_shape = _grouped(groups["shape"].keys, sums["shape"], peaks, device_rank)
     by_name = _grouped(groups["name"].keys, sums["name"], peaks, device_rank)  # the shape columns are not summed
     flop_steps = _every_step(flop_groups.keys.assign(**flop_sums), steps, int(ops["rank"].iloc[0]), has_operators(ops), peaks is not None)
     op_steps = per_step.keys.assign(**step_sums)
     return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
-            op_steps[list(OP_STEP_COLUMNS)])
+            op_steps[list(OP_STEP_COLUMNS)], unknown_flops)
+
+
+UNKNOWN_FLOPS_LISTED = 5  # steps named in ``unknown_flops_text``, and op names per step; the others counted
+
+
+def _listed(texts: pd.Series) -> str:
+    more = len(texts) - UNKNOWN_FLOPS_LISTED
+    return ", ".join(texts.head(UNKNOWN_FLOPS_LISTED)) + (f" and {more} more ops" if more > 0 else "")
+
+
+def unknown_flops_text(names, steps: np.ndarray, matmul_flops: np.ndarray) -> str:
+    """Which matmul-class ops, with no FLOP count from their recorded shapes, make which steps' FLOPs unknown: per
+    step, its op names with their calls, most calls first, ``'551: aten::linear x3; 560: aten::mm x1'`` ('' when
+    none); ``UNKNOWN_FLOPS_LISTED`` steps and names a step at most, the others counted.
+    ``matmul_flops``: each op's contribution to its step's FLOPs (NaN: unknown).
+
+    >>> unknown_flops_text(["aten::mm", "aten::linear", "aten::linear", "aten::mm"], np.array([551, 551, 551, 552]),
+    ...                    np.array([2e9, np.nan, np.nan, 4e9]))
+    '551: aten::linear x2'
+    """
+    unknown = np.isnan(np.asarray(matmul_flops, dtype=float))
+    if not unknown.any():
+        return ""
+    calls = (pd.DataFrame({"step": np.asarray(steps)[unknown], "name": np.asarray(names, dtype=object)[unknown]})
+             .groupby(["step", "name"], sort=True).size().reset_index(name="calls"))
+    calls = calls.sort_values(["step", "calls", "name"], ascending=[True, False, True], ignore_index=True)
+    calls["text"] = calls["name"].astype(str) + " x" + calls["calls"].astype(str)
+    per_step = calls.groupby("step", sort=True)["text"].agg(_listed)
+    listed = [f"{int(n)}: {t}" for n, t in per_step.head(UNKNOWN_FLOPS_LISTED).items()]
+    more = len(per_step) - UNKNOWN_FLOPS_LISTED
+    return "; ".join(listed) + (f"; and {more} more steps" if more > 0 else "")
 
 
 _SUMMED = ("calls", "host_self_us", "host_total_us", "device_self_us", "device_us", "flops", "bytes", "counted_flops",

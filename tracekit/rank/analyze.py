@@ -128,7 +128,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
                                                    else events, dev_all, steps, step_rows)
     gaps = metrics.gap_table(dev)
     gaps = pd.concat([gaps, gapsplit.split_gaps(gaps, dev, events, ops, device_rank)], axis=1)
-    gaps["host_kind"] = causes.host_kinds(gaps, dev, events)
+    gaps["host_kind"] = causes.host_kinds(gaps, dev, events, device_rank)
     # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
     breakdown = metrics.rank_breakdown(dev)
     comm_overlap, comm_overlap_all = overlap_intervals(dev), overlap_intervals(dev_all)

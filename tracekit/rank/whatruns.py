@@ -36,7 +36,7 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
     # Which op launched each device event: the op table's device times and the kernels' ops, found once.
     valid = usable(ops)
     launched = launches(valid, events) if device_rank and len(valid) else None
-    by_shape, by_name, step_flops, op_steps = op_tables(ops, events, steps, window, peaks, device_rank, launched)
+    by_shape, by_name, step_flops, op_steps, unknown_flops = op_tables(ops, events, steps, window, peaks, device_rank, launched)
     table = memory_table(memory, steps, meta.device_memory_bytes)
     table["in_window"] = table["step"].isin(window["step"]) | (table["step"] < 0) if len(table) else []
     names = " / ".join(_names(meta)) or "unnamed"
@@ -44,7 +44,9 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
                "device_peaks": peaks.name if peaks is not None else f"unknown: {names}" if device_rank else "",
                # Operators recorded, none with a usable duration: op_tables counts none, so FLOPs and MFU are NaN.
                "operators_unusable": has_operators(ops) and not has_operators(valid),
-               "ops_beyond_bound": int(by_shape["beyond_bound"].sum()) if len(by_shape) else 0}
+               "ops_beyond_bound": int(by_shape["beyond_bound"].sum()) if len(by_shape) else 0,
+               # Without record_shapes every matmul's FLOPs are unknown: the shapes_recorded note says so once.
+               "unknown_flops": unknown_flops if meta.shapes_recorded is not False else ""}
     return {"kernels": kernels, "ops": by_name, "ops_by_shape": by_shape,
             "step_flops": step_flops, "op_steps": op_steps, "memory": table,
             "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),

@@ -239,8 +239,12 @@ def idle_by_cause(summary) -> go.Figure:
 
 
 def largest_gaps(summary, n: int = 20) -> pd.DataFrame:
-    """The ``n`` longest idle gaps of the run (``summary.gaps`` rows: rank, start_us, dur_us, cause, its split)."""
-    return summary.gaps.nlargest(n, "dur_us").reset_index(drop=True)
+    """The ``n`` longest idle gaps of the run (``summary.gaps`` rows: rank, start_us, dur_us, cause, its split).
+    ``host_kind`` is left out where no gap has one (no host time before a launch: a CPU-only run launches nothing)."""
+    gaps = summary.gaps.nlargest(n, "dur_us").reset_index(drop=True)
+    if "host_kind" in gaps and not gaps["host_kind"].astype(str).ne("").any():
+        gaps = gaps.drop(columns="host_kind")
+    return gaps
 
 
 # ---------------------------------------------------------------------------------------------- compare

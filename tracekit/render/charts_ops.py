@@ -11,13 +11,14 @@ says why in ``table.attrs["note"]``, an empty chart in its annotation. The devic
 from __future__ import annotations
 
 import re
+import textwrap
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from tracekit import devices
-from tracekit.fmt import UNKNOWN, display_units, mb, ranks
+from tracekit.fmt import UNKNOWN, by_column, display_units, mb, ranks
 from tracekit.render.charts import TITLE, TOP, TOP_NOTED
 
 KIND_COLORS = {"matmul": "#4C78A8", "conv": "#F58518", "attention": "#54A24B", "elementwise": "#B279A2",
@@ -85,9 +86,28 @@ def _layout(fig: go.Figure, title: str, note: str = "", **layout) -> go.Figure:
     return fig
 
 
+EMPTY_LINE_CHARS = 60  # an empty chart's message is wrapped to lines this long: it fits a half-width chart
+
+
+def wrapped(message: str, width: int = EMPTY_LINE_CHARS) -> str:
+    """``message`` in lines of at most ``width`` characters (words kept whole), joined by plotly's ``<br>``.
+
+    >>> wrapped("no operator was recorded: record with record_shapes=True", 30)
+    'no operator was recorded:<br>record with record_shapes=True'
+    """
+    return "<br>".join(textwrap.wrap(message, width, break_long_words=False, break_on_hyphens=False)) or message
+
+
+def unwrapped(text: str) -> str:
+    """A ``wrapped`` message as one line again (what tests and readers compare)."""
+    return text.replace("<br>", " ")
+
+
 def _empty(fig: go.Figure, title: str, message: str) -> go.Figure:
-    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-    return _layout(fig.update_xaxes(visible=False).update_yaxes(visible=False), title, message)
+    """No data: the message in the middle of the chart, wrapped so that a half-width chart shows it whole."""
+    fig.add_annotation(text=wrapped(message), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                       align="center")
+    return _layout(fig.update_xaxes(visible=False).update_yaxes(visible=False), title)
 
 
 def _noted(columns: list[str], note: str) -> pd.DataFrame:
@@ -243,8 +263,5 @@ def top_allocators(summary, rank: int) -> pd.DataFrame:
 def styled(table: pd.DataFrame):
     """A display table as a pandas Styler for ``st.dataframe``: numbers by their unit, ``unknown`` for NaN (the
     values, and so the sorting, stay numbers)."""
-    units = (("roofline_us", "{:,.3g}"), ("roofline", "{:.1f}"), ("_ms", "{:,.2f}"), ("_us", "{:,.1f}"),
-             ("_pct", "{:.1f}"), ("MB", "{:,.2f}"), ("_gbps", "{:,.3g}"), ("tflops", "{:.3g}"), ("GFLOP", "{:,.4g}"))
-    formats = {c: next((f for suffix, f in units if str(c).endswith(suffix)), "{:,.4g}")
-               for c in table.columns if table[c].dtype.kind == "f"}
+    formats = {c: by_column(c) for c in table.columns if table[c].dtype.kind == "f"}
     return table.style.format(formats, na_rep=UNKNOWN)

@@ -8,6 +8,7 @@ plotly ``Figure`` out. A chart with no point says why in its annotation (``empty
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -44,10 +45,26 @@ def roofline(summary, rank: int, by_shape: bool = False) -> go.Figure:
     lo, hi = points["intensity"].min() / 3, points["intensity"].max() * 3
     if peaks is not None:
         _roofs(fig, peaks, [devices.dtype_key(d) for d in points["dtype"].astype(object)], lo, hi)
-    fig.update_xaxes(**LOG_AXIS, title="arithmetic intensity (FLOP/byte)")
-    fig.update_yaxes(**LOG_AXIS, title="achieved TFLOPS/s")
+    fig.update_xaxes(**LOG_AXIS, **log_ticks([x for t in fig.data for x in t.x]),
+                     title="arithmetic intensity (FLOP/byte)")
+    fig.update_yaxes(**LOG_AXIS, **log_ticks([y for t in fig.data for y in t.y]), title="achieved TFLOPS/s")
     note = why or f"{peaks.name}: {peaks.memory_gbps:,.0f} GB/s; dense peaks per dtype (tracekit.devices)"
     return _layout(fig, title, note, height=480)
+
+
+def log_ticks(values) -> dict:
+    """Where a log axis over ``values`` puts its labels: at 1, 2 and 5 of each decade over two decades or less, at each
+    power of ten over more. Plotly's own choice labels every digit of a short range (0.07, 0.08, 0.09, 0.1 touch on a
+    report's roofline).
+
+    >>> log_ticks([0.07, 9.0]), log_ticks([0.5, 2000.0])
+    ({'dtick': 'D2'}, {'dtick': 1})
+    """
+    shown = np.asarray([v for v in values if v is not None], dtype=float)
+    shown = shown[np.isfinite(shown) & (shown > 0)]
+    if not len(shown):
+        return {}
+    return {"dtick": "D2" if np.log10(shown.max() / shown.min()) <= 2.5 else 1}
 
 
 def _counted(ops: pd.DataFrame) -> pd.Series:

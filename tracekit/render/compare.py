@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.events.causes import CAUSES as IDLE_CAUSES  # idle_<cause>_ms add up to idle_ms
-from tracekit.fmt import NOT_APPLICABLE, is_unknown, num
+from tracekit.fmt import NOT_APPLICABLE, figure, is_unknown, ratio
 from tracekit.render import compare_ops
 from tracekit.summary.model import Summary
 
@@ -60,9 +60,9 @@ class Comparison:
         table = self.table
         calls = table["metric"].str.replace("_median_busbw_gbps", "_calls_per_step", regex=False)
         counts = table.set_index("metric")[["a", "b"]].reindex(calls)
-        shown = table.assign(**{side: [NOT_APPLICABLE if n == 0 and is_unknown(v) else num(v, 3)
+        shown = table.assign(**{side: [NOT_APPLICABLE if n == 0 and is_unknown(v) else figure(v)
                                        for v, n in zip(table[side], counts[side].to_numpy())] for side in ("a", "b")},
-                             ratio=table["ratio"].map(lambda r: NOT_APPLICABLE if is_unknown(r) else f"{r:.2f}x"))
+                             ratio=table["ratio"].map(ratio))
         header = (f"a: {self.a}\nb: {self.b}\n(ratio = b / a; times per optimizer step, mean over ranks; "
                   f"{' + '.join(PARTS)} = step_time_ms; n/a: no calls; source: trace = the traces' profiled steps, "
                   "run.json = the un-profiled steps the workload timed)\n")
@@ -103,8 +103,8 @@ def _disagreements(table: pd.DataFrame, sa: Summary, sb: Summary) -> tuple[str, 
     implied = samples[1] / samples[0] / step
     if (implied - 1) * (rate - 1) >= 0 or abs(implied - 1) < 0.02 or abs(rate - 1) < 0.02:
         return ()
-    return (f"the profiled step time ({step:.2f}x) implies {implied:.2f}x the throughput, but the un-profiled steps "
-            f"of run.json measured {rate:.2f}x: the two disagree in direction (profiler overhead, or a different "
+    return (f"the profiled step time ({ratio(step)}) implies {ratio(implied)} the throughput, but the un-profiled steps "
+            f"of run.json measured {ratio(rate)}: the two disagree in direction (profiler overhead, or a different "
             "load on the machine between the runs)",)
 
 

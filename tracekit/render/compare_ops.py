@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tracekit.fmt import NOT_APPLICABLE, is_unknown, num
+from tracekit.fmt import figure, is_unknown, num, ratio
 
 if TYPE_CHECKING:  # read only
     from tracekit.summary.model import Summary
@@ -124,7 +124,7 @@ def short(name: str) -> str:
 
 
 def _calls(value) -> str:
-    return num(value, 0) if float(value).is_integer() else num(value, 2)
+    return num(value, 0) if float(value).is_integer() else figure(value)
 
 
 def _shown(table: pd.DataFrame, label: str) -> str:
@@ -132,10 +132,10 @@ def _shown(table: pd.DataFrame, label: str) -> str:
     shown = pd.DataFrame({
         label: top["name"].map(short), "status": top["status"],
         "calls/step a": top["calls_per_step_a"].map(_calls), "calls/step b": top["calls_per_step_b"].map(_calls),
-        "ms/step a": top["ms_per_step_a"].map(lambda v: num(v, 2)),
-        "ms/step b": top["ms_per_step_b"].map(lambda v: num(v, 2)),
-        "change ms": top["change_ms"].map(lambda v: num(v, 2) if is_unknown(v) else f"{v:+,.2f}"),
-        "ratio": top["ratio"].map(lambda r: NOT_APPLICABLE if is_unknown(r) else f"{r:.2f}x"),
+        "ms/step a": top["ms_per_step_a"].map(figure),
+        "ms/step b": top["ms_per_step_b"].map(figure),
+        "change ms": top["change_ms"].map(lambda v: figure(v) if is_unknown(v) or v <= 0 else "+" + figure(v)),
+        "ratio": top["ratio"].map(ratio),
     })
     more = f"\n  ({len(table) - TOP:,} more)" if len(table) > TOP else ""
     return "\n".join("  " + line for line in shown.to_string(index=False).splitlines()) + more

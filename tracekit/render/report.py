@@ -20,7 +20,7 @@ import pandas as pd
 from tracekit import quality
 from tracekit.render import charts, charts_ops, charts_pipeline, charts_roofline
 from tracekit.summary.facts import RunFacts, one_or_all
-from tracekit.fmt import display_units, ms, num, pct, rate
+from tracekit.fmt import by_column, display_units, ms, pct, rate
 from tracekit.summary.text import checked
 
 
@@ -179,7 +179,8 @@ def _table(frame: pd.DataFrame, caption: str) -> str:
     shown = frame.copy()
     for col in shown.columns:
         if pd.api.types.is_float_dtype(shown[col]):
-            shown[col] = shown[col].map(num)
+            write = by_column(col)  # as the text report and the viewer write this column's unit
+            shown[col] = shown[col].map(lambda v, write=write: "unknown" if pd.isna(v) else write(v))
     table = shown.to_html(index=False, escape=True, classes="table", na_rep="unknown")
     return f"<h3>{_e(caption)}</h3><div class=\"scroll\">{table}</div>"
 

@@ -1,4 +1,5 @@
-"""One rank's timeline: device events in lanes (GPU streams, CPU threads), coloured by kind, drawn with plotly.
+"""One rank's timeline: device events in lanes (GPU streams, CPU threads), coloured by kind, drawn with plotly. On a
+GPU rank the host threads' ops and runtime calls (the launches) get lanes of their own under the streams.
 
 It stays responsive on 100k+ events because it never draws more than about two bars per pixel per lane:
 events nested inside a longer one on the same lane are hidden by it, events at least a pixel wide are drawn
@@ -23,11 +24,14 @@ import plotly.graph_objects as go
 
 from tracekit.errors import TracekitError
 from tracekit.events.classify import STEP_NAME
-from tracekit.read.categories import DEVICE_CATEGORIES
+from tracekit.read.categories import DEVICE_CATEGORIES, RUNTIME_CATEGORIES
 from tracekit.read.files import as_path, load_bytes
 from tracekit.render.charts import TITLE, TOP
 
-KIND_COLORS = {"step": "#D3D3D3", "compute": "#4C78A8", "comm": "#E45756", "memory": "#F58518", "idle": "#BAB0AC"}
+KIND_COLORS = {"step": "#D3D3D3", "compute": "#4C78A8", "comm": "#E45756", "memory": "#F58518", "idle": "#BAB0AC",
+               "host": "#72B7B2", "launch": "#B279A2"}
+# A GPU rank's host events drawn on their thread's lane: operators and annotations ("host"), runtime calls ("launch").
+HOST_KINDS = {"cpu_op": "host", "user_annotation": "host", **{c: "launch" for c in RUNTIME_CATEGORIES}}
 LANE_COLUMNS = ("lane", "kind", "start_us", "dur_us", "name", "step")
 BAR_COLUMNS = ("lane", "kind", "start_us", "dur_us", "n", "label")
 MAX_SHADED_GAPS = 200
@@ -96,20 +100,30 @@ def lane_names(lanes, threads: dict[str, str] | None = None) -> dict[str, str]:
 
 def lanes(events: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
     """Classified events of one rank -> one row per drawn event: lane, kind, start_us (from ``origin_ns``), dur_us,
-    name, step. Device events go to ``stream N`` (GPU) or ``thread T`` (CPU-only ranks); ProfilerSteps to ``steps``."""
+    name, step. Device events go to ``stream N`` (GPU) or ``thread T`` (CPU-only ranks); ProfilerSteps to ``steps``.
+    On a GPU rank the host threads' operators, annotations and runtime calls (``HOST_KINDS``) go to ``thread T``."""
     ok = (events["dur_ns"] >= 0).to_numpy()
-    dev = events[ok & events["kind"].notna().to_numpy()]
+    classified = events["kind"].notna().to_numpy()
+    dev = events[ok & classified]
     on_gpu = dev["cat"].isin(DEVICE_CATEGORIES).to_numpy()
     lane = np.where(on_gpu, "stream " + dev["stream"].astype(str), "thread " + dev["tid"].astype(str))
     names = events["name"].cat.categories if isinstance(events["name"].dtype, pd.CategoricalDtype) else None
-    is_step = events["name"].isin(names[names.str.match(STEP_NAME.pattern)]) if names is not None \
-        else events["name"].astype(str).str.match(STEP_NAME.pattern)
-    steps = events[ok & is_step.to_numpy()]
+    is_step = (events["name"].isin(names[names.str.match(STEP_NAME.pattern)]) if names is not None
+               else events["name"].astype(str).str.match(STEP_NAME.pattern)).to_numpy()
+    steps = events[ok & is_step]
     steps = steps[steps["cat"].astype(str) != "gpu_user_annotation"].drop_duplicates("name")  # the CPU copy
+    # A CPU-only rank's threads are its device lanes already; a GPU rank's host work is drawn beside its streams.
+    cat = events["cat"].astype(str)
+    host = events[ok & ~classified & ~is_step & cat.isin(list(HOST_KINDS)).to_numpy()] if on_gpu.any() \
+        else events.iloc[:0]
     out = pd.concat([
         pd.DataFrame({"lane": lane, "kind": dev["kind"].astype(str).to_numpy(), "ts_ns": dev["ts_ns"].to_numpy(),
                       "dur_ns": dev["dur_ns"].to_numpy(), "name": dev["name"].astype(str).to_numpy(),
                       "step": dev["step"].to_numpy()}),
+        pd.DataFrame({"lane": ("thread " + host["tid"].astype(str)).to_numpy(),
+                      "kind": host["cat"].astype(str).map(HOST_KINDS).to_numpy(), "ts_ns": host["ts_ns"].to_numpy(),
+                      "dur_ns": host["dur_ns"].to_numpy(), "name": host["name"].astype(str).to_numpy(),
+                      "step": host["step"].to_numpy() if "step" in host else -1}),
         pd.DataFrame({"lane": "steps", "kind": "step", "ts_ns": steps["ts_ns"].to_numpy(),
                       "dur_ns": steps["dur_ns"].to_numpy(), "name": steps["name"].astype(str).to_numpy(),
                       "step": steps["step"].to_numpy() if "step" in steps else -1}),

@@ -12,7 +12,7 @@ from tracekit.summary.facts import one_or_all
 from tracekit.summary.text_pipeline import pipeline_lines
 from tracekit.summary.text_comm import model_parallel_lines
 from tracekit.summary.text_runs import what_ran_lines
-from tracekit.fmt import is_unknown, mb, ms, num, pct, share
+from tracekit.fmt import figure, is_unknown, mb, ms, pct, share
 
 if TYPE_CHECKING:  # a Summary is only read here; summary.py imports this module for Summary.__str__
     from tracekit.summary.model import Summary
@@ -145,7 +145,7 @@ def _op_lines(collectives: pd.DataFrame) -> str:
         "calls": grouped.size(),
         "total ms": grouped["dur_us"].sum().map(ms),
         "total MB": grouped["bytes"].sum().where(~unknown).map(mb),
-        "median busbw GB/s": grouped["busbw_gbps"].median().map(num),
+        "median busbw GB/s": grouped["busbw_gbps"].median().map(figure),
     }).reset_index()
     return _indent(shown.to_string(index=False))
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tracekit.fmt import is_unknown, ms, pct
+from tracekit.fmt import figure, is_unknown, ms, pct, ratio
 
 if TYPE_CHECKING:
     from tracekit.summary.model import Summary
@@ -40,7 +40,7 @@ def pipeline_lines(summary: Summary) -> list[str]:
         "F/mb ms": per_mb_f.map(ms), "B/mb ms": per_mb_b.map(ms), "compute ms": per_stage["compute"].map(ms),
         "bubble %": per_stage["bubble"].map(pct), "fill ms": per_stage["fill"].map(ms),
         "wait ms": per_stage["wait"].map(ms), "drain ms": per_stage["drain"].map(ms),
-        "mb cost ms": per_stage["cost"].map(ms), "x others": per_stage["ratio"].map(lambda x: "unknown" if is_unknown(x) else f"{x:.2f}"),
+        "mb cost ms": per_stage["cost"].map(ms), "x others": per_stage["ratio"].map(figure),
     })
     lines.append("\n".join("  " + line for line in shown.to_string(index=False).splitlines()))
     measured = float(rows.drop_duplicates(["rank", "step"])["bubble_pct"].mean())
@@ -52,7 +52,7 @@ def pipeline_lines(summary: Summary) -> list[str]:
     known = per_stage[per_stage["stage"] >= 0].dropna(subset=["ratio"])
     if len(known) > 1:
         slow = known.sort_values("ratio", ascending=False).iloc[0]
-        lines.append(f"  slowest stage: {int(slow['stage'])} (rank {slow['ranks']}), {slow['ratio']:.2f}x the median "
+        lines.append(f"  slowest stage: {int(slow['stage'])} (rank {slow['ranks']}), {ratio(slow['ratio'])} the median "
                      "of the other stages' per microbatch" + _predicted(summary, "stage_imbalance", "balanced"))
     agreement = rows["order_agreement_pct"].dropna()
     if len(agreement):

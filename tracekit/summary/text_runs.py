@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tracekit.fmt import is_unknown, mb, mfu, ms, num, pct
+from tracekit.fmt import figure, gflop, mb, mfu, ms, pct, tflops
 
 if TYPE_CHECKING:  # read only
     from tracekit.summary.model import Summary
@@ -45,7 +45,7 @@ def _kernels(kernels: pd.DataFrame) -> str:
     table = table.sort_values("total_us", ascending=False).head(TOP)
     shown = pd.DataFrame({"kernel": table["name"].map(_short), "kind": table["kind"], "calls": table["calls"],
                           "total ms": table["total_us"].map(ms),
-                          "mean us": [num(t / c if c else float("nan"), 1) for t, c in zip(table["total_us"],
+                          "mean us": [figure(t / c if c else float("nan")) for t, c in zip(table["total_us"],
                                                                                           table["calls"])],
                           "% of kind": [pct(t / k * 100 if k else float("nan")) for t, k in
                                         zip(table["total_us"], kind_total.loc[table.index])]})
@@ -64,7 +64,7 @@ def _ops(ops: pd.DataFrame) -> str:
     shown = pd.DataFrame({"op": table["name"].map(_short), "calls": table["calls"],
                           "host self ms": table["host_self_us"].map(ms), "host ms": table["host_total_us"].map(ms),
                           "device ms": table["device_us"].map(ms),
-                          "GFLOP": [num(f / 1e9, 2) for f in table["flops"]]})
+                          "GFLOP": table["flops"].map(gflop)})
     return _indent(shown.to_string(index=False))
 
 
@@ -78,9 +78,8 @@ def _mfu(ranks: pd.DataFrame, steps: pd.DataFrame, quality: pd.DataFrame) -> str
                if len(window) and "matmul_at_peak_us" in window else np.full(len(ranks), np.nan))
     device_us = np.where(np.isnan(ranks["mfu_pct"].to_numpy(dtype=float)) & (at_peak > 0), np.nan, device_us)
     shown = pd.DataFrame({"rank": ranks["rank"], "device": ranks["device"],
-                          "GFLOP/step": [num(f / 1e9, 2) for f in ranks["matmul_flops_per_step"]],
-                          "TFLOPS/s": [num(f / s / 1e6, 2) if not (is_unknown(f) or is_unknown(s) or s <= 0) else "unknown"
-                                       for f, s in zip(ranks["matmul_flops_per_step"], device_us)],
+                          "GFLOP/step": ranks["matmul_flops_per_step"].map(gflop),
+                          "TFLOPS/s": [tflops(f, s) for f, s in zip(ranks["matmul_flops_per_step"], device_us)],
                           "MFU %": [mfu(m, p) for m, p in zip(ranks["mfu_pct"], _peaks(ranks, quality))]})
     return _indent(shown.to_string(index=False))
 
