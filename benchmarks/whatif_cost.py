@@ -1,7 +1,7 @@
 """What the predictions cost ``summarize``, and what ``tracekit.whatif`` costs, measured side by side in one run.
 
 On 8 ranks of a real trace repeated to ``--mb`` MB each (``benchmarks/tracesets.py``), cache off, alternating runs:
-  without    ``summarize`` with ``predict.scenarios.with_predictions`` stubbed out (no run graph, critical path or
+  without    ``summarize`` with ``predict.predicted.with_predictions`` stubbed out (no run graph, critical path or
              the replays the findings quote; the per-rank graphs are still built in the workers)
   with       ``summarize`` as shipped
   whatif     ``tracekit.whatif`` of the Summary, all six scenarios
@@ -30,7 +30,7 @@ from tracesets import write_rank_set  # noqa: E402
 import tracekit  # noqa: E402
 from tests.replay_reference import fixed_point  # noqa: E402
 from tracekit.predict import replay  # noqa: E402
-from tracekit.predict import scenarios as tracekit_predict  # noqa: E402
+from tracekit.predict import predicted as tracekit_predict  # noqa: E402
 
 SOURCE = ROOT.parent / "shared" / "traces" / "hta" / "nccl_a100_2rank"
 

@@ -285,7 +285,7 @@ def test_real_tensor_parallel_counts_per_step_are_commdebugmode_s():
 
 
 def test_exposed_communication_finding_names_the_pipeline_and_not_its_waits():
-    from tracekit.findings.comm_findings import by_dimension
+    from tracekit.findings.comm_dims import by_dimension
     from tracekit.findings.finding import Finding
 
     found = (Finding("exposed_comm", "high", (1,), "Communication not hidden under compute takes up to 30%.",

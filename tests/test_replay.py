@@ -21,7 +21,8 @@ from tests.tracedata import cpu, step, write_trace
 from tracekit.predict import replay
 from tracekit.rank.graph import END_MARKER
 from tracekit.findings.finding import Finding
-from tracekit.predict.scenarios import annotate_findings, straggler_factors
+from tracekit.predict.predicted import annotate_findings
+from tracekit.predict.scenarios import straggler_factors
 
 MS = 1000  # trace times are microseconds
 

@@ -23,7 +23,7 @@ from tracekit.findings import order, pipeline_findings
 from tracekit.findings import roofline_findings, tp_findings
 from tracekit.events import metrics
 from tracekit.predict import replay
-from tracekit.predict import scenarios as predict
+from tracekit.predict import predicted, scenarios as predict
 from tracekit.render.compare import Comparison
 from tracekit.render.compare import compare as compare_summaries
 from tracekit.events.config import Config
@@ -197,7 +197,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                    pipeline_blocks=pipeline_blocks, **tables)
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
-    summary = predict.with_predictions(summary, [r.graph for r in results], shift,
+    summary = predicted.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None, joined.calls)
     found = roofline_findings.merged(summary.findings, summary.optimization)
     found = tp_findings.merged(found, summary)  # the critical path says how long TP calls bind the step

@@ -175,8 +175,7 @@ DATA_QUALITY_COLUMNS = {
                        "missing when the trace has no CPU op (annotations are not ops): FLOPs and MFU unknown",
     "operators_unusable": "CPU ops recorded, but none with a usable duration (all dropped): FLOPs and MFU unknown",
     "ops_beyond_bound": "ops_by_shape rows whose rate beat its bound (beyond_bound): that rate and roofline NaN",
-    "unknown_flops": "steps whose matmul_flops are unknown and the matmul-class ops that make them so (no FLOP count "
-                     "from their recorded shapes), '551: aten::linear x3; ...'; '' when none",
+    "unknown_flops": "steps of unknown matmul_flops and the ops with no FLOP count that make them so ('551: aten::linear x3')",
     "memory_events": "profile_memory's [memory] events in the trace (0: profile_memory was off)",
     "device_peaks": "the datasheet entry the device matched (tracekit.devices), 'unknown: <name>' when none, "
                     "'' on a CPU-only rank",
@@ -288,7 +287,7 @@ GRAPH_COLUMNS = {
     "coll": "row of the collective in summary.collectives (-1: not one)",
     "ps": "node whose start this one waits for (launch, gloo hand-off); -1 none",
     "pe": "node whose end this one waits for (cross-stream wait, host waiting for a collective); -1 none",
-    "dr": "node whose end a synchronizing call waits for; -1 none",
+    "dr": "node whose end it waits for: a sync's drained device work, a gloo send/recv's last thread op; -1 none",
     "busy_ns": "CPU-only ranks: the part of the gap before the node, after its lane predecessor, that an enclosing "
                "compute op covers (that op's own time); 0 elsewhere",
     "group": "dense id of the matched collective: its transfer starts when every member has started; -1 none",
@@ -296,8 +295,6 @@ GRAPH_COLUMNS = {
 }
 # tracekit.whatif: one row per scenario.
 WHATIF_COLUMNS = {
-    "scenario": "baseline, no_straggler, comm_x<k>, perfect_overlap, no_host_gaps, no_data_wait, and on pipeline "
-                "runs balanced_stages and microbatches_x2",
-    "step_time_us": "replayed mean step time: mean over ranks of each rank's mean window step",
-    "speedup": "baseline step_time_us / this one", "saving_us": "baseline - this, per step", "saving_pct":
+    "scenario": "predict.scenarios.SCENARIOS, comm_x<k>; pipeline runs: PIPELINE_SCENARIOS", "step_time_us":
+    "replayed mean step time: mean over ranks of each rank's mean window step", "speedup": "baseline / this", "saving_us": "baseline - this, per step", "saving_pct":
     "saving_us / baseline x 100", "reason": "'' where known, else why not (predict.scenarios.whatif)"}

@@ -17,8 +17,7 @@ events (for the kernels each op launched), the rank's steps, and the device's pe
   time x 100 (TraceLens' "Pct Roofline"). NaN for an unknown device, dtype or shape. The math key is the dtype's,
   TF32 where an fp32 op ran tensor-op kernels; host <-> device copies are judged against the host link; no rate
   exceeds its bound (``tracekit.events.bounds``).
-Times cover the whole trace (as ``key_averages()`` and HolisticTraceAnalysis do); ``window_counted_flops`` the
-window's steps.
+Times cover the whole trace (as ``key_averages()`` and HolisticTraceAnalysis do); ``window_counted_flops`` the window's.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import devices
+from tracekit.events.unknownflops import unknown_flops_text
 from tracekit.events import bounds
 from tracekit.events.flops import MATMUL_CLASS
 from tracekit.events.grouping import Groups
@@ -50,10 +50,9 @@ def has_operators(ops: pd.DataFrame) -> bool:
 
 def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, window: pd.DataFrame,
               peaks: devices.DevicePeaks | None, device_rank: bool, launched=None) -> tuple[pd.DataFrame, ...]:
-    """(ops by name and shapes, ops by name, FLOPs per step, ops per window step, ``unknown_flops``) of one rank.
-    ``steps``: its step table (step, start_ns, end_ns); ``window``: the steps its metrics cover; ``launched``:
-    ``launches(ops, events)`` when known. ``unknown_flops`` says which ops leave which steps' FLOPs unknown
-    (``unknown_flops_text``; '' when none does)."""
+    """(ops by name and shapes, ops by name, FLOPs per step, ops per window step, the ops that leave steps' FLOPs
+    unknown: ``unknownflops.unknown_flops_text``) of one rank. ``steps``: its step table (step, start_ns, end_ns);
+    ``window``: the steps its metrics cover; ``launched``: ``launches(ops, events)`` when known."""
     ops = usable(ops)
     if ops.empty:
         return (pd.DataFrame(columns=list(OP_SHAPE_COLUMNS)), pd.DataFrame(columns=list(OP_COLUMNS)),
@@ -89,37 +88,6 @@ def op_tables(ops: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, wind
     op_steps = per_step.keys.assign(**step_sums)
     return (by_shape[list(OP_SHAPE_COLUMNS)], by_name[list(OP_COLUMNS)], flop_steps[list(STEP_FLOP_COLUMNS)],
             op_steps[list(OP_STEP_COLUMNS)], unknown_flops)
-
-
-UNKNOWN_FLOPS_LISTED = 5  # steps named in ``unknown_flops_text``, and op names per step; the others counted
-
-
-def _listed(texts: pd.Series) -> str:
-    more = len(texts) - UNKNOWN_FLOPS_LISTED
-    return ", ".join(texts.head(UNKNOWN_FLOPS_LISTED)) + (f" and {more} more ops" if more > 0 else "")
-
-
-def unknown_flops_text(names, steps: np.ndarray, matmul_flops: np.ndarray) -> str:
-    """Which matmul-class ops, with no FLOP count from their recorded shapes, make which steps' FLOPs unknown: per
-    step, its op names with their calls, most calls first, ``'551: aten::linear x3; 560: aten::mm x1'`` ('' when
-    none); ``UNKNOWN_FLOPS_LISTED`` steps and names a step at most, the others counted.
-    ``matmul_flops``: each op's contribution to its step's FLOPs (NaN: unknown).
-
-    >>> unknown_flops_text(["aten::mm", "aten::linear", "aten::linear", "aten::mm"], np.array([551, 551, 551, 552]),
-    ...                    np.array([2e9, np.nan, np.nan, 4e9]))
-    '551: aten::linear x2'
-    """
-    unknown = np.isnan(np.asarray(matmul_flops, dtype=float))
-    if not unknown.any():
-        return ""
-    calls = (pd.DataFrame({"step": np.asarray(steps)[unknown], "name": np.asarray(names, dtype=object)[unknown]})
-             .groupby(["step", "name"], sort=True).size().reset_index(name="calls"))
-    calls = calls.sort_values(["step", "calls", "name"], ascending=[True, False, True], ignore_index=True)
-    calls["text"] = calls["name"].astype(str) + " x" + calls["calls"].astype(str)
-    per_step = calls.groupby("step", sort=True)["text"].agg(_listed)
-    listed = [f"{int(n)}: {t}" for n, t in per_step.head(UNKNOWN_FLOPS_LISTED).items()]
-    more = len(per_step) - UNKNOWN_FLOPS_LISTED
-    return "; ".join(listed) + (f"; and {more} more steps" if more > 0 else "")
 
 
 _SUMMED = ("calls", "host_self_us", "host_total_us", "device_self_us", "device_us", "flops", "bytes", "counted_flops",
@@ -317,8 +285,7 @@ def _step_of(start: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _grouped(keys: pd.DataFrame, sums: dict[str, np.ndarray], peaks, device_rank: bool) -> pd.DataFrame:
-    """One op table from its groups' keys and per-group sums (``_reduced``), with the achieved and roofline
-    columns."""
+    """One op table from its groups' keys and per-group sums (``_reduced``), with the achieved and roofline columns."""
     out = keys.assign(**{c: sums[c] for c in _SUMMED})
     out["calls"] = out["calls"].astype(np.int64)
     out["kind"], out["dtype"], out["math"] = sums["kind"], sums["dtype"], sums["math"]

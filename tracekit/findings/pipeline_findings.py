@@ -2,7 +2,7 @@
 (``stage_imbalance``), from ``summary.pipeline`` (``tracekit.run.pipeline``).
 
 A stage's weight is what one microbatch costs it (``run.pipeline.microbatch_compute_us``). What a fix saves is
-predicted afterwards, by ``predict.scenarios.annotate_findings``: ``balanced_stages`` (a replay) for the slowest
+predicted afterwards, by ``predict.predicted.annotate_findings``: ``balanced_stages`` (a replay) for the slowest
 stage, ``microbatches_x2`` (the schedule simulated) for the bubble. The evidence also keeps a closed-form estimate
 of the rebalancing: with equal microbatches a pipeline runs at its slowest stage's pace, v·m + p − 1 slots of it
 per step (m microbatches, p stages, v per rank), so bringing the slowest stage's microbatch cost down to the next

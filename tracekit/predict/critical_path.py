@@ -155,7 +155,7 @@ class _Walker:
                 cat = self.cats[self.cat_codes[i]]
                 own = "data" if self.in_data[i] else _OWN[cat]  # ops a DataLoader runs are data loading
                 # Bound by its dr input: a sync waiting for the device, or a gloo send/recv its thread blocked in
-                # once its last op ended (``rank.graph._blocked_from``): that part is the call's transfer.
+                # once its last op ended (``rank.drains.blocked_from``): that part is the call's transfer.
                 bound = "comm_transfer" if self.end_kind[i] == 1 or cat == "comm" else "sync"
                 piece(i, lo, self.end[i], cat, own if by < 0 else bound)
                 if by < 0:

@@ -28,7 +28,8 @@ from tracekit.events.fsdp import unit_table as fsdp_unit_table
 from tracekit.events import bubble
 from tracekit.events.p2p import overlap_intervals, split_p2p
 from tracekit.events.pgctx import with_groups
-from tracekit.rank.graph import blocked_since, rank_graph
+from tracekit.rank.drains import blocked_since
+from tracekit.rank.graph import rank_graph
 from tracekit.events.hostops import reads_host_op  # analyze_rank's filter; tests read it as rank.reads_host_op
 from tracekit.events.kernels import kernel_table
 from tracekit.rank.whatruns import what_runs
@@ -63,7 +64,7 @@ class RankResult:
     pipeline_blocks: pd.DataFrame = field(default_factory=pd.DataFrame)  # pipeline.pipeline_blocks (absolute ns)
     pipeline: pd.DataFrame = field(default_factory=pd.DataFrame)  # bubble.stage_steps, with in_window
     p2p: pd.DataFrame = field(default_factory=pd.DataFrame)  # p2p.split_p2p: send/recv calls, with in_window and
-    # blocked_ns (graph.blocked_since: when the call began to hold its thread)
+    # blocked_ns (drains.blocked_since: when the call began to hold its thread)
     comm_overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # p2p.overlap_intervals over the window
     comm_overlap_all: pd.DataFrame = field(default_factory=pd.DataFrame)  # the same over every step (steps' split)
 

@@ -20,7 +20,8 @@ Edges (node columns, -1 when absent):
                at least ``MIN_WAIT_GAP_NS`` that ends within 10% of its length of a collective's end), or the end
                marker waiting for the last step's device work when that ends after the step's annotation
   ``dr``       end after this node ended: a synchronizing host call (``cudaStreamSynchronize``, blocking copy, ...)
-               returns when the last device event that ended inside it has ended
+               returns when the last device event that ended inside it has ended; a gloo send/recv ends after its
+               thread's last op before its wait returned (``tracekit.rank.drains``)
   spin-waits   (GPU ranks) host time that waits on the device with no sync recorded (``tracekit.rank.spinwait``):
                a ``pe`` edge for unrecorded time before a node, a ``dr`` edge for a call's own time
   collectives  (run level) a collective's transfer starts when the last member rank arrives (``group``)
@@ -35,6 +36,7 @@ import pandas as pd
 
 from tracekit.events.causes import DATA_LOADER, SYNC_CALL
 from tracekit.events.steps import step_table
+from tracekit.rank.drains import blocked_from, drains
 from tracekit.rank.collrows import collective_rows
 from tracekit.rank.spinwait import spin_waits
 from tracekit.rank.markers import END_MARKER, END_ROW as _END_ROW, end_marker as _end_marker
@@ -54,9 +56,9 @@ GRAPH_COLUMNS = [c for c in schema.GRAPH_COLUMNS if c not in ("group", "pair_src
 
 def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFrame | None = None,
                p2p: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One rank's node table (columns ``GRAPH_COLUMNS``; edges as local row positions) from its classified events,
-    its collectives table (``collective_table``, with ``row``; ``coll`` is a row position in it), its steps
-    (``steps.step_table``; None: the trace's own) and its P2P calls (``p2p.split_p2p``; ``p2p`` a row position)."""
+    """One rank's node table (``GRAPH_COLUMNS``; edges as local row positions) from its classified events, its
+    collectives (``collective_table``, with ``row``; ``coll`` a row position in it), its steps (``steps.step_table``;
+    None: the trace's own) and its P2P calls (``p2p.split_p2p``; ``p2p`` a row position)."""
     if events.empty:
         return empty_graph()
     rank = int(events["rank"].iloc[0])
@@ -160,7 +162,7 @@ def rank_graph(events: pd.DataFrame, collectives: pd.DataFrame, steps: pd.DataFr
     if end_bound is not None:  # the last step ends when its device work does: the end marker waits for it
         pe[int(np.flatnonzero(node_rows == _END_ROW)[0])] = int(position[end_bound])
     del position, node_rows
-    dr = _drains(nodes) if on_gpu else _blocked_from(nodes, pe)
+    dr = drains(nodes) if on_gpu else blocked_from(nodes, pe)
     if on_gpu:  # host time that waited on the device with no sync recorded (``tracekit.rank.spinwait``)
         pe, dr = spin_waits(nodes, pe, dr)
     out = nodes.assign(ps=ps, pe=pe, dr=dr,
@@ -283,73 +285,3 @@ def _waits(nodes: pd.DataFrame, on_gpu: bool, ps: np.ndarray) -> np.ndarray:
         best, best_lag = np.where(ok, c, best), np.where(ok, lag, best_lag)
     pe[waiting] = best
     return pe
-
-
-def _blocked_from(nodes: pd.DataFrame, pe: np.ndarray) -> np.ndarray:
-    """CPU ranks: each gloo send/recv ends after the last node of its thread that ended before it (``dr``).
-
-    gloo records a P2P call from its post to the return of its ``wait()``, which can come much later (a pipeline
-    schedule posts a receive, computes, and waits inside its next action). While the thread ran other ops, the call
-    was not what held it: its own time (``tail``) is only the part after the thread's last op, where the thread
-    was blocked in the wait; the critical path before that runs through the thread's work. The node is one that
-    comes before every thread node that waits for the call (``pe``): those follow the wait, not precede it."""
-    dr = np.full(len(nodes), -1, dtype=np.int64)
-    thread = nodes["thread_lane"].to_numpy()
-    calls = np.flatnonzero(thread >= 0)
-    if len(calls) == 0:
-        return dr
-    start, end, lane = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy(), nodes["lane"].to_numpy()
-    real = (nodes["cat"] != "marker").to_numpy()
-    first_waiter = np.full(len(nodes), np.iinfo(np.int64).max, dtype=np.int64)
-    waits = np.flatnonzero(pe >= 0)
-    np.minimum.at(first_waiter, pe[waits], waits)
-    for key in np.unique(thread[calls]):
-        mine = calls[thread[calls] == key]
-        on = np.flatnonzero((lane == key) & real)  # in lane order (positions ascend)
-        if len(on) == 0:
-            continue
-        latest = np.maximum.accumulate(end[on])  # the thread's latest end up to each of its nodes
-        holder = on[_running_argmax(end[on])]
-        upto = np.searchsorted(latest, end[mine], side="right") - 1  # last node with nothing ending after the call
-        limit = np.searchsorted(on, first_waiter[mine], side="left") - 1  # last node before the call's first waiter
-        at = np.minimum(upto, limit)
-        last = holder[np.maximum(at, 0)]
-        ok = (at >= 0) & (end[last] > start[mine]) & (start[last] > start[mine])  # not the op that posted it
-        dr[mine[ok]] = last[ok]
-    return dr
-
-
-def _running_argmax(values: np.ndarray) -> np.ndarray:
-    """Per position: the index of the largest value up to it (the first of equal ones)."""
-    best = np.maximum.accumulate(values)
-    new = np.r_[True, best[1:] > best[:-1]]
-    return np.maximum.accumulate(np.where(new, np.arange(len(values)), 0))
-
-
-def blocked_since(graph: pd.DataFrame, n_calls: int) -> np.ndarray:
-    """Per P2P call of the rank (``graph["p2p"]`` positions, ``n_calls`` of them): when its thread began waiting
-    for it, the end of its ``dr`` node (``_blocked_from``); NaN where the call held its thread from its post (no
-    such node) or has no node."""
-    out = np.full(n_calls, np.nan)
-    mine = np.flatnonzero(graph["p2p"].to_numpy() >= 0)
-    start, end = graph["start_ns"].to_numpy(dtype=float), graph["end_ns"].to_numpy(dtype=float)
-    dr = graph["dr"].to_numpy()[mine]
-    since = np.where(dr >= 0, np.maximum(start[mine], end[np.maximum(dr, 0)]), np.nan)
-    out[graph["p2p"].to_numpy()[mine]] = since
-    return out
-
-
-def _drains(nodes: pd.DataFrame) -> np.ndarray:
-    """GPU ranks: a synchronizing call ends after the last device event that ended inside it."""
-    dr = np.full(len(nodes), -1, dtype=np.int64)
-    syncs = np.flatnonzero((nodes["cat"] == "sync").to_numpy())
-    dev = np.flatnonzero(nodes["cat"].isin(["compute", "memory", "comm"]).to_numpy())
-    if len(syncs) == 0 or len(dev) == 0:
-        return dr
-    start, end = nodes["start_ns"].to_numpy(), nodes["end_ns"].to_numpy()
-    order = dev[np.argsort(end[dev], kind="stable")]
-    at = np.searchsorted(end[order], end[syncs], side="right") - 1
-    src = order[np.maximum(at, 0)]
-    ok = (at >= 0) & (end[src] >= start[syncs])
-    dr[syncs[ok]] = src[ok]
-    return dr

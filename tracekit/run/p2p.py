@@ -6,7 +6,7 @@ Pairing (``pair``): the k-th send from rank a to rank b in step n is the k-th re
 ProfilerStep numbers, the same on every rank; calls outside steps pair among themselves). Clock-corrected times:
 
     arrive        = max(send start, recv start)       both sides posted
-    blocked       = when a call began to hold its thread (``blocked_ns``, ``rank.graph.blocked_since``): its start,
+    blocked       = when a call began to hold its thread (``blocked_ns``, ``rank.drains.blocked_since``): its start,
                     or for a gloo call posted early and waited for later, the end of the thread's last op before
                     its wait returned (the thread computed until then, so the call held nothing)
     recv_wait_us  = recv blocked -> send start, if the sender was late (clipped to the recv)

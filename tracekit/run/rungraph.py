@@ -57,7 +57,7 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
     nodes["pe"] = _checked_waits(nodes)
     s_node, r_node = _pair_nodes(nodes, p2p)
     nodes["end_ns"] = _send_ends(nodes, s_node, r_node)
-    # A send that now ends with its recv no longer waits for its thread's last op (``rank.graph._blocked_from``)
+    # A send that now ends with its recv no longer waits for its thread's last op (``rank.drains.blocked_from``)
     # where that op ended later.
     dr = nodes["dr"].to_numpy()
     later = (dr >= 0) & (nodes["end_ns"].to_numpy()[np.maximum(dr, 0)] > nodes["end_ns"].to_numpy())
