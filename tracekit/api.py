@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from tracekit import stageclock
 from tracekit.rank import cache as tracekit_cache
 from tracekit.run import clocks
 from tracekit.run import commdims, crossrank, pgjoin
@@ -80,6 +81,7 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
     if hasattr(progress, "reading"):
         progress.reading(len(files), _size_on_disk(files))
     results, skipped, warming = [], [], None
+    laps = stageclock.Laps()
     for file, outcome in zip(files, map_ranks(files, config, default_rank, options)):
         if warming is None and len(files) > 1:
             # The replay's compiled pass loads while the other ranks are read. Started once the first rank is back,
@@ -94,6 +96,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
                             else rank_in_file_name(file)))
         else:
             results.append(outcome)
+            stageclock.add(outcome.stage_times)
+    laps("analyse ranks (parallel)")
     if not results:
         raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r, _ in skipped))
     stage = getattr(progress, "stage", None)
@@ -158,6 +162,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     the cross-rank join and the replay begin."""
     stage = stage or (lambda name: None)
     stage("joining ranks")
+    laps = stageclock.Laps()
     check_unique_ranks(r.meta for r in results)
     results = sorted(results, key=lambda r: r.meta.rank)
     steps, collectives, gaps = (_stacked([getattr(r, t) for r in results]) for t in ("steps", "collectives", "gaps"))
@@ -177,11 +182,13 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     mismatches = pd.concat([mismatches, joined.mismatches], ignore_index=True) if len(joined.mismatches) else mismatches
     steps, collectives, gaps = (_relative(t, origin_ns) for t in (steps, collectives, gaps))
     fsdp = _relative(_shift(_stacked([r.fsdp for r in results]), shift), origin_ns)
+    laps("cross-rank join, clocks, p2p pairs")
 
     pipeline, pipeline_blocks = run_pipeline.of_ranks(results, shift, origin_ns, workload_run)
     steps = whatruns.with_step_flops(commdims.with_step_p2p_wait(steps, joined.step_waits), results)
     ranks = commdims.with_p2p_wait(_rank_table(results, steps, collectives), joined.waits)
     tables = whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns))
+    laps("pipeline, rank and op tables")
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0
     offsets["corrected"] = offsets["rank"].isin(list(shift))
     evidence = crossrank.arrival_evidence(collectives, window_steps)
@@ -195,14 +202,18 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                                                                   fsdp, steps, tables["memory"]), pipeline),
                    data_quality=_data_quality(results, steps), fsdp=fsdp, pipeline=pipeline,
                    pipeline_blocks=pipeline_blocks, **tables)
+    laps("stragglers, findings, Summary")
     stage("replaying")
     parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
     summary = predicted.with_predictions(summary, [r.graph for r in results], shift,
                                        pd.concat(parts, ignore_index=True) if parts else None, joined.calls)
+    laps("graph replays, critical path, what-ifs")
     found = roofline_findings.merged(summary.findings, summary.optimization)
     found = tp_findings.merged(found, summary)  # the critical path says how long TP calls bind the step
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
-    return dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
+    summary = dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
+    laps("findings' order")
+    return summary
 
 
 def _stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:

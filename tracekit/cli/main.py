@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import msgspec
 
-from tracekit import __version__
+from tracekit import __version__, stageclock
 from tracekit.rank import cache as tracekit_cache
 from tracekit.api import summarize
 from tracekit.render.compare import compare
@@ -67,6 +68,9 @@ def _add_summarize(commands) -> None:
     tables.add_argument("--all-tables", action="store_true", help="with --json: every table")
     add_window_option(cmd)
     add_scale_options(cmd)
+    cmd.add_argument("--profile-stages", action="store_true",
+                     help="also print, on stderr, each stage's wall and CPU time and the peak memory it reached: "
+                          "each rank's stages summed over ranks, then the run's (tracekit.stageclock)")
     cmd.set_defaults(run=_summarize)
 
 
@@ -76,8 +80,23 @@ def _summarize(args) -> int:
         wanted_tables(tables)  # a misspelt name fails before any work
     except ValueError as err:
         raise TracekitError(str(err)) from None
-    result = summarize(args.trace_dir, window=args.window, **scale_options(args))
-    sys.stdout.write(as_json(result.to_json(tables), args.indent) if args.json else str(result))
+    if args.profile_stages:
+        stageclock.enable()
+        start_up = stageclock.since_start()
+    try:
+        began = time.perf_counter()
+        result = summarize(args.trace_dir, window=args.window, **scale_options(args))
+        took = time.perf_counter() - began
+        with stageclock.stage("render"):
+            text = as_json(result.to_json(tables), args.indent) if args.json else str(result)
+    finally:
+        if args.profile_stages:
+            stageclock.enable(False)
+    if args.profile_stages:
+        sys.stderr.write(stageclock.table(stageclock.take()) + f"summarize: {took:.2f} s wall in all (render not "
+                         "counted); before it, interpreter start-up and imports: "
+                         + ("unknown\n" if start_up is None else f"{start_up:.2f} s\n"))
+    sys.stdout.write(text)
     return 0
 
 

@@ -6,6 +6,7 @@ leaves the worker, so memory in the parent does not grow with trace size.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from tracekit.rank.whatruns import what_runs
 from tracekit.read.coded import distinct
 from tracekit.read.reader import RankMeta, RankTables, ReadOptions, read_tables
 from tracekit.read.release import release_memory
+from tracekit.stageclock import Laps, stage, take
 
 
 @dataclass(frozen=True)
@@ -67,16 +69,22 @@ class RankResult:
     # blocked_ns (drains.blocked_since: when the call began to hold its thread)
     comm_overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # p2p.overlap_intervals over the window
     comm_overlap_all: pd.DataFrame = field(default_factory=pd.DataFrame)  # the same over every step (steps' split)
+    # stageclock.StageTime of each stage when recording (--profile-stages): this run's, so never cached
+    stage_times: tuple = field(default=(), metadata={"cached": False})
 
 
 def analyze_rank(path: str | Path, config: Config, default_rank: int | None = None,
                  decode_workers: int = 1) -> RankResult:
     """Read and reduce one trace file; a large one's chunks are decoded by ``decode_workers`` helper processes
     (``ReadOptions``), with the same result."""
-    tables = [read_tables(path, default_rank=default_rank, host_ops=reads_host_op,
-                          options=ReadOptions(decode_workers=decode_workers))]
-    release_memory()  # the chunks' structs and columns: gone, and their pages with them (read.release)
-    return _reduce_taken(tables, config)
+    with stage("read"):
+        tables = [read_tables(path, default_rank=default_rank, host_ops=reads_host_op,
+                              options=ReadOptions(decode_workers=decode_workers))]
+        release_memory()  # the chunks' structs and columns: gone, and their pages with them (read.release)
+    rank = tables[0].meta.rank
+    result = _reduce_taken(tables, config)
+    times = take(rank)
+    return dataclasses.replace(result, stage_times=times) if times else result
 
 
 def reduce_rank(meta: RankMeta, events: pd.DataFrame, comm_args: pd.DataFrame, config: Config,
@@ -90,6 +98,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     """``reduce_rank`` of the tables in ``box``, taken out of it: where the caller keeps no other reference (as
     ``analyze_rank``), the ops and memory tables and the device-event views end once the stages that read them are
     done, not with the whole pipeline (a large trace's ops table is hundreds of MB)."""
+    laps = Laps()
     tables = box.pop()
     meta, events, comm_args, ops, memory = tables.meta, tables.events, tables.comm_args, tables.ops, tables.memory
     del tables
@@ -108,6 +117,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     kept = metrics.window_steps(steps, config.window)
     dev_all = metrics.all_device_events(events)
     dev = metrics.in_window(dev_all, steps, config.window)
+    laps("classify and steps")
 
     calls = split_batches(events, comm_args, collective_table(events, comm_args, _pg_sizes(meta)), dtype_bytes)
     calls, p2p = split_p2p(calls)
@@ -117,6 +127,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     collectives["in_window"] = _in_window(collectives["step"], steps, kept, config)
     fsdp = fsdp_unit_table(events, calls, comm_args, device_rank)
     fsdp["in_window"] = _in_window(fsdp["step"], steps, kept, config)
+    laps("collectives, p2p, fsdp")
     step_rows = metrics.step_breakdown(dev_all, steps)
     if dev_all.empty:  # no device event at all (kernels not collected): the steps' device times are unknown
         step_rows = step_rows.assign(**{c: np.nan for c in _STEP_DEVICE_COLUMNS})
@@ -131,6 +142,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     gaps = pd.concat([gaps, gapsplit.split_gaps(gaps, dev, events, ops, device_rank)], axis=1)
     gaps["host_kind"] = causes.host_kinds(gaps, dev, events, device_rank)
     # A rank with no device event in its window still gets its row: times unknown (NaN), host facts real.
+    laps("step breakdown, pipeline, gaps")
     breakdown = metrics.rank_breakdown(dev)
     comm_overlap, comm_overlap_all = overlap_intervals(dev), overlap_intervals(dev_all)
     if breakdown.empty:
@@ -144,9 +156,11 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     device_events, kernels = len(dev_all), kernel_table(events, dev)
     del dev, dev_all  # read by no later stage: gone before the operator tables' working arrays are made
     release_memory()
+    laps("rank breakdown, kernels")
     ran = what_runs(meta, events, ops, memory, steps, kept, kernels, device_rank)
     del ops, memory  # read by no later stage
     release_memory()
+    laps("ops, flops, memory")
     extras.update(ran.pop("facts"))
     breakdown = breakdown.assign(**{k: [v] * len(breakdown) for k, v in extras.items()})
     quality = data_quality_row(meta, events, device_rank, device_events).assign(step_source=step_source,
@@ -155,6 +169,7 @@ def _reduce_taken(box: list[RankTables], config: Config) -> RankResult:
     graph = rank_graph(events, calls, steps, p2p)  # ``calls``: the collectives, with their event rows
     p2p["blocked_ns"] = blocked_since(graph, len(p2p))  # where each call began to hold its thread
     release_memory()
+    laps("quality, graph")
     return RankResult(meta=meta, device=device, origin_ns=origin_ns, breakdown=breakdown,
                       steps=step_rows, collectives=collectives, gaps=gaps, quality=quality,
                       graph=graph, fsdp=fsdp, pipeline_blocks=pipe_blocks, pipeline=pipe_steps,

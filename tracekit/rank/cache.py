@@ -272,6 +272,8 @@ def _objects(values: list) -> np.ndarray:
 def _split(obj) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     tables, rest = {}, {}
     for f in dataclasses.fields(obj):
+        if not f.metadata.get("cached", True):  # a field of this process's run only (RankResult.stage_times)
+            continue
         value = getattr(obj, f.name)
         (tables if isinstance(value, pd.DataFrame) else rest)[f.name] = value
     return tables, rest
@@ -279,6 +281,7 @@ def _split(obj) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
 
 def _join(cls: type, tables: dict[str, pd.DataFrame], rest: bytes):
     hints = typing.get_type_hints(cls)
-    scalars = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name not in tables}
+    scalars = {f.name: hints[f.name] for f in dataclasses.fields(cls)
+               if f.name not in tables and f.metadata.get("cached", True)}
     values = msgspec.msgpack.decode(rest, type=msgspec.defstruct("_Fields", list(scalars.items())))
     return cls(**tables, **{name: getattr(values, name) for name in scalars})
