@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracekit.read import columns, reader, release
+from tracekit.read import columns, pairs, release
 from tracekit.read.kineto import CHUNK_DECODER
 from tests.tracedata import cpu, kernel, launch, step
 
 
 def _chunk(events):
-    return reader._split(CHUNK_DECODER.decode(json.dumps(events).encode()))
+    return pairs.split_events(CHUNK_DECODER.decode(json.dumps(events).encode()))
 
 
 def _collected():

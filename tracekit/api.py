@@ -18,11 +18,11 @@ from tracekit.run import clocks
 from tracekit.run import commdims, crossrank, pgjoin
 from tracekit.run import pipeline as run_pipeline
 from tracekit.run import whatruns
+from tracekit.run.ranktable import rank_table
 from tracekit.findings import capture
 from tracekit.findings.collect import run_findings
 from tracekit.findings import order, pipeline_findings
 from tracekit.findings import roofline_findings, tp_findings
-from tracekit.events import metrics
 from tracekit.predict import replay
 from tracekit.predict import predicted, scenarios as predict
 from tracekit.render.compare import Comparison
@@ -34,7 +34,7 @@ from tracekit.summary.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
 from tracekit.rank.analyze import RankResult
 from tracekit.read.files import check_unique_ranks, find_trace_files, is_url, rank_in_file_name
 from tracekit import quality
-from tracekit.schema import DATA_QUALITY_COLUMNS, RANK_COLUMNS
+from tracekit.schema import DATA_QUALITY_COLUMNS
 from tracekit.summary.model import Summary
 
 
@@ -186,7 +186,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
 
     pipeline, pipeline_blocks = run_pipeline.of_ranks(results, shift, origin_ns, workload_run)
     steps = whatruns.with_step_flops(commdims.with_step_p2p_wait(steps, joined.step_waits), results)
-    ranks = commdims.with_p2p_wait(_rank_table(results, steps, collectives), joined.waits)
+    ranks = commdims.with_p2p_wait(rank_table(results, steps, collectives), joined.waits)
     tables = whatruns.joined_tables(results, lambda t: _relative(_shift(t, shift), origin_ns))
     laps("pipeline, rank and op tables")
     window_steps = int(ranks["steps"].max()) if len(ranks) else 0
@@ -264,32 +264,6 @@ def _relative(frame: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
     out = frame.drop(columns=["start_ns"])
     out.insert(at, "start_us", (frame["start_ns"].to_numpy() - origin_ns) / 1e3)
     return out
-
-
-def _rank_table(results: list[RankResult], steps: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
-    base = pd.DataFrame({"rank": [r.meta.rank for r in results], "device": [r.device for r in results]})
-    in_window = steps[steps["in_window"].astype(bool)] if len(steps) else steps
-    per_step = in_window.groupby("rank").agg(steps=("step", "size"), step_time_us=("step_us", "mean")).reset_index()
-    breakdown = pd.concat([r.breakdown for r in results], ignore_index=True)
-    in_window_calls = collectives[collectives["in_window"].astype(bool)]
-    table = (base.merge(per_step, on="rank", how="left")
-             .merge(breakdown, on="rank", how="left")
-             .merge(metrics.allreduce_totals(in_window_calls), on="rank", how="left")
-             .merge(crossrank.rank_waits(collectives), on="rank", how="left")
-             .merge(whatruns.rank_flops(steps), on="rank", how="left"))
-    table["steps"] = table["steps"].fillna(0).astype(int)
-    table["allreduce_count"] = table["allreduce_count"].fillna(0).astype(int)
-    # No all_reduce at all: zero calls, zero time and zero bytes are all known.
-    none = table["allreduce_count"] == 0
-    table.loc[none, "allreduce_us"] = 0.0
-    table.loc[none, "allreduce_bytes"] = 0.0
-    table["last_arrivals"] = table["last_arrivals"].astype("Int64")  # missing: no collective matched on another rank
-    # A number column that only unknowns (NaN) reached as objects is a float one; text columns stay as they are.
-    objects = [c for c in table.columns if table[c].dtype == object]
-    retyped = table[objects].infer_objects()
-    table = table.assign(**{c: t for c, t in retyped.items() if pd.api.types.is_numeric_dtype(t)})
-    table["p2p_wait_us"] = np.nan  # filled by commdims.with_p2p_wait
-    return table[list(RANK_COLUMNS) + [c for c in table.columns if c not in RANK_COLUMNS]]
 
 
 def _run_facts(results: list[RankResult], skipped, config: Config, source: str, origin_ns: int, **tables) -> RunFacts:

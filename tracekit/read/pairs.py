@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.read.kineto import MEMORY_EVENT, Args, Begin, Complete, End, Instant
+
 
 def paired(begins_ends: list, is_begin, make) -> list:
     """Complete events from ``begins_ends`` (B and E structs in file order; ``is_begin`` says which is a B);
@@ -41,3 +43,33 @@ def paired(begins_ends: list, is_begin, make) -> list:
     matched[b] = matched[e] = True
     out = [make(begins_ends[i], begins_ends[j].ts - begins_ends[i].ts) for i, j in zip(b.tolist(), e.tolist())]
     return out + [make(begins_ends[i], None) for i in np.flatnonzero(~matched).tolist()]
+
+
+def split_events(events: list) -> tuple[list, list]:
+    """(complete events, ``[memory]`` instant events) of the fast decoders' structs, B/E spans paired."""
+    complete, memory, marks = by_kind(events)
+    return complete + paired(marks, [type(e) is Begin for e in marks], _complete), memory
+
+
+def by_kind(events: list) -> tuple[list, list, list]:
+    """The fast decoders' complete events, ``[memory]`` instant events and B/E marks, each in file order: one pass
+    (three comprehensions took six times as long on a 318,000-event trace)."""
+    complete, memory, marks = [], [], []
+    add_complete, add_memory, add_mark = complete.append, memory.append, marks.append
+    for e in events:
+        kind = type(e)
+        if kind is Complete:
+            add_complete(e)
+        elif kind is Instant:
+            if e.name == MEMORY_EVENT:
+                add_memory(e)
+        elif kind is Begin or kind is End:
+            add_mark(e)
+    return complete, memory, marks
+
+
+def _complete(begin, dur) -> Complete:
+    """A complete event from a B event and its duration (None: never closed)."""
+    is_begin = type(begin) is Begin
+    return Complete(cat=begin.cat, name=begin.name if is_begin else "", pid=begin.pid, tid=begin.tid,
+                    ts=begin.ts, dur=dur, args=begin.args if is_begin else Args())

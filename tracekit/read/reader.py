@@ -22,9 +22,8 @@ from tracekit.errors import (EmptyTraceError, NotATraceError, NotJSONError, Rank
                              TruncatedTraceError)
 from tracekit.read.columns import collect_parts, finish_tables
 from tracekit.read.files import as_path, load_bytes, rank_in_file_name
-from tracekit.read.kineto import (CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, TRACE_DECODER, Args, Begin, Complete,
-                                  DistributedInfo, End, Instant, decode_raw)
-from tracekit.read.pairs import paired
+from tracekit.read.kineto import CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, TRACE_DECODER, DistributedInfo, decode_raw
+from tracekit.read.pairs import by_kind, paired, split_events
 from tracekit.read.parallel import collect_parallel
 from tracekit.read.stream import EventStream, open_trace, read_block
 
@@ -218,7 +217,7 @@ def _decode_fast(data: bytes):
     events = trace if isinstance(trace, list) else trace.traceEvents
     if events is None:
         raise _Refused
-    return trace, [_split(events)]
+    return trace, [split_events(events)]
 
 
 def _complete_events(chunk) -> tuple[list, list]:
@@ -227,24 +226,10 @@ def _complete_events(chunk) -> tuple[list, list]:
         events = CHUNK_DECODER.decode(chunk)
     except msgspec.MsgspecError:
         raise _Refused from None
-    if any(type(e) is Begin or type(e) is End for e in events):  # a span may cross chunks: pair them whole
+    complete, memory, marks = by_kind(events)
+    if marks:  # a span may cross chunks: pair them whole
         raise _Refused
-    return _split(events)
-
-
-def _split(events: list) -> tuple[list, list]:
-    """(complete events, ``[memory]`` instant events) of the fast decoders' structs."""
-    marks = [e for e in events if type(e) is Begin or type(e) is End]
-    spans = paired(marks, [type(e) is Begin for e in marks], _complete)
-    return ([e for e in events if type(e) is Complete] + spans,
-            [e for e in events if type(e) is Instant and e.name == MEMORY_EVENT])
-
-
-def _complete(begin, dur) -> Complete:
-    """A complete event from a B event and its duration (None: never closed)."""
-    is_begin = type(begin) is Begin
-    return Complete(cat=begin.cat, name=begin.name if is_begin else "", pid=begin.pid, tid=begin.tid,
-                    ts=begin.ts, dur=dur, args=begin.args if is_begin else Args())
+    return complete, memory
 
 
 def _decode_general(path: Path | str, data: bytes):
