@@ -180,7 +180,7 @@ def test_last_at_2_of_2_is_a_suspicion_not_a_straggler(tmp_path):
     assert row["p_value"] == pytest.approx(0.25) and row["caused_wait_us_per_step"] == pytest.approx(300)
     [f] = [f for f in s.findings if f.kind.startswith("straggler")]
     assert (f.kind, f.severity, f.ranks) == ("straggler_suspected", "low", (1,))
-    assert "p = 0.25" in f.message and "0.3 ms per step" in f.message and f.evidence["p_value"] == pytest.approx(0.25)
+    assert "p = 0.25" in f.message and "0.300 ms per step" in f.message and f.evidence["p_value"] == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize("late, verdict, p", [

@@ -111,8 +111,8 @@ def test_late_on_demand_gathers_that_stall_their_units_are_flagged_low():
     assert f.evidence["late_on_demand_per_step"] == pytest.approx(1.0)  # 2 late rows / 2 steps of rank 0
     assert f.evidence["late_on_demand_wait_us"] == pytest.approx(400)
     assert "1.0 gathers per step and rank were issued on demand" in f.message
-    assert "waited 0.2 ms per step" in f.message  # 400 us over 2 steps
-    assert "up to 0.7% of the step time" in f.message and "(root) 0.5 ms, blocks.0 0.2 ms" in f.message
+    assert "waited 0.200 ms per step" in f.message  # 400 us over 2 steps
+    assert "up to 0.7% of the step time" in f.message and "(root) 0.500 ms, blocks.0 0.200 ms" in f.message
     assert f.evidence["prefetch_remedy"]
 
 

@@ -244,7 +244,7 @@ def test_a_call_that_mostly_waits_points_to_the_late_rank_not_the_transfer():
     assert f.recommendation.startswith(">99% of this communication time is waiting")
     assert "Rank 1 arrives last at the calls behind 100% of the wait (a straggler" in f.recommendation
     assert "TrainPipelineSparseDist" not in f.recommendation and "quantized communication" not in f.recommendation
-    assert "48.2 ms is waiting for the last rank to arrive and 0.2 ms transfer" in f.message
+    assert "48.20 ms is waiting for the last rank to arrive and 0.230 ms transfer" in f.message
 
 
 def test_a_call_that_mostly_transfers_keeps_its_transfer_advice():

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 import tracekit
+from tracekit import fmt
 from tests.tracedata import cpu, step, write_trace
 from tracekit.predict import replay
 from tracekit.rank.graph import END_MARKER
@@ -188,7 +189,7 @@ def test_findings_quote_the_predicted_saving(gloo_run):
     for f in quoted:
         row = tracekit.whatif(gloo_run, scenarios=[f.evidence["scenario"]]).iloc[0]
         assert f.evidence["predicted_saving_us"] == pytest.approx(row["saving_us"])
-        assert f"-{row['saving_us'] / 1e3:.1f} ms/step" in f.message
+        assert f"-{fmt.ms(row['saving_us'], unit=True)}/step" in f.message
 
 
 def test_a_fix_that_gains_nothing_says_so(gloo_run):
@@ -201,10 +202,10 @@ def test_a_fix_that_gains_nothing_says_so(gloo_run):
     none, saved = annotate_findings((seen, slow), gloo_run.graph, window)
     assert none.severity == "high" and none.evidence["predicted_saving_us"] == pytest.approx(0.0, abs=1e-6)
     assert none.message == ("The device waits for the next batch. Predicted by replay: removing DataLoader waits: "
-                            "no measurable gain (100.0 against 100.0 ms/step): the steps' critical paths do not wait "
+                            "no measurable gain (100.00 against 100.00 ms/step): the steps' critical paths do not wait "
                             "on it.")
     gain = tracekit.whatif(gloo_run, ["no_straggler"]).loc[0, "saving_us"]
-    assert gain > 20 * MS and saved.message.endswith(f"removing rank 1's delay: -{gain / 1e3:.1f} ms/step "
+    assert gain > 20 * MS and saved.message.endswith(f"removing rank 1's delay: -{fmt.ms(gain, unit=True)}/step "
                                                      f"(-{gain / (100 * MS):.0%}).")
 
 

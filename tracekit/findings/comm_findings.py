@@ -109,8 +109,8 @@ def exposed_comm(ranks, collectives, stragglers, run):
                + (f"; by op, {named} of the communication time." if dominant else "."))
     if wait_us + transfer_us > 0:
         evidence.update(comm_wait_us=wait_us, comm_transfer_us=transfer_us, wait_share=waiting)
-        message += (f" Of the calls matched across ranks, {wait_us / 1e3:,.1f} ms is waiting for the last rank to "
-                    f"arrive and {transfer_us / 1e3:,.1f} ms transfer ({_share(waiting)} of the communication time "
+        message += (f" Of the calls matched across ranks, {fmt.ms(wait_us, unit=True)} is waiting for the last rank to "
+                    f"arrive and {fmt.ms(transfer_us, unit=True)} transfer ({_share(waiting)} of the communication time "
                     "waits).")
     if mostly_waiting:
         late, late_share = late_rank(collectives, hit)
@@ -225,7 +225,7 @@ def straggler(ranks, collectives, stragglers, run):
                 continue
             seen = (f"Rank {row.rank} arrives last at {row.last_arrivals} of {row.matched} matched collectives "
                     f"(chance: {row.expected_share:.0%}; p = {row.p_value:.2g})")
-            waits = f"the others wait {row.caused_wait_us_per_step / 1e3:.1f} ms per step for it ({share:.0%} of a step)"
+            waits = f"the others wait {fmt.ms(row.caused_wait_us_per_step, unit=True)} per step for it ({share:.0%} of a step)"
             evidence = {"share": share, "last_share": row.last_share, "p_value": row.p_value, "matched": row.matched,
                         "last_arrivals": row.last_arrivals, "caused_wait_us_per_step": row.caused_wait_us_per_step}
             if proven:

@@ -25,6 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from tracekit import fmt
 from tracekit.findings.finding import Finding, by_severity, trains_on
 
 EXPOSED_ALLGATHER_SHARE = (0.05, 0.20)  # of step time units wait for gathers: medium, high
@@ -126,8 +127,8 @@ def _exposed_allgather(rows, step_us, training):
 
 
 def _ms(us: float) -> str:
-    """Milliseconds to 3 significant digits: a small wait reads 0.0123 ms, never 0.0."""
-    return f"{us / 1e3:.3g}"
+    """Milliseconds as every number of tracekit's (``fmt.ms``): a small wait reads 0.0123, never 0.0."""
+    return fmt.ms(us)
 
 
 def late_on_demand(rows: pd.DataFrame) -> pd.Series:

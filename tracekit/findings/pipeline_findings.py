@@ -16,6 +16,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from tracekit import fmt
 from tracekit.findings.finding import Finding, by_severity, severity
 from tracekit.run.pipeline import theory_bubble_pct
 
@@ -51,8 +52,8 @@ def _bubble(rows: pd.DataFrame) -> Finding | None:
     said = (f"the {schedule} schedule's own bubble with {stages} and {m} microbatches is {theory:.0f}%"
             if not math.isnan(theory) else f"the {schedule} schedule has no closed-form bubble to compare with")
     excess = measured - theory if not math.isnan(theory) else float("nan")
-    message = (f"Pipeline stages idle {measured:.0f}% of each step (per step: fill {parts['fill']:,.0f} us, "
-               f"wait {parts['wait']:,.0f} us, drain {parts['drain']:,.0f} us); {said}.")
+    message = (f"Pipeline stages idle {measured:.0f}% of each step (per step: fill {fmt.ms(parts['fill'], unit=True)}, "
+               f"wait {fmt.ms(parts['wait'], unit=True)}, drain {fmt.ms(parts['drain'], unit=True)}); {said}.")
     if excess >= 10:
         message += (f" The {excess:.0f} points above it are stages waiting on late neighbours (a slow stage, late "
                     "receives) or on the transfers themselves, not the schedule.")
@@ -100,7 +101,7 @@ def _imbalance(rows: pd.DataFrame) -> Finding | None:
     saving = min(max((v * m + p - 1) * excess, 0.0), step_us)
     stage, ranks = int(heavy["stage"]), tuple(heavy["ranks"])
     message = (f"Stage {stage} (rank {', '.join(map(str, ranks))}) computes {ratio:.2f}x the median of the other "
-               f"stages per microbatch ({heavy['microbatch_us']:,.0f} us vs {median_others:,.0f} us); every stage "
+               f"stages per microbatch ({fmt.ms(heavy['microbatch_us'], unit=True)} vs {fmt.ms(median_others, unit=True)}); every stage "
                "runs at its pace.")
     recommendation = (f"Move layers off stage {stage} to its neighbours, splitting the model by measured compute per "
                       "stage rather than by layer or parameter count (the loss and the embedding weigh on the last "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit import fmt
 from tracekit.findings.finding import Finding, by_severity, severity
 
 SAVING_SHARE = (0.05, 0.20)  # of the step: medium, high
@@ -36,9 +37,9 @@ def find(optimization: pd.DataFrame) -> tuple[Finding, ...]:
     if level is None:
         return ()
     shown = top[top["saving_pct"] >= SAVING_SHARE[0] * 100]
-    parts = [f"{r.name} at {r.pct_of_roofline:.0f}% of its roofline ({r.measured_us / 1e3:,.1f} ms measured, "
-             f"{r.roofline_us / 1e3:,.1f} ms at {'the host link' if getattr(r, 'host_copy', False) else 'the roofs'}; {r.critical_path_us / 1e3:,.1f} ms/step on the critical "
-             f"path) would save {r.predicted_saving_us / 1e3:,.1f} ms/step (-{r.saving_pct:.0f}%)"
+    parts = [f"{r.name} at {r.pct_of_roofline:.0f}% of its roofline ({fmt.ms(r.measured_us, unit=True)} measured, "
+             f"{fmt.ms(r.roofline_us, unit=True)} at {'the host link' if getattr(r, 'host_copy', False) else 'the roofs'}; {fmt.ms(r.critical_path_us, unit=True)}/step on the critical "
+             f"path) would save {fmt.ms(r.predicted_saving_us, unit=True)}/step (-{r.saving_pct:.0f}%)"
              for r in shown.itertuples(index=False)]
     ranks = tuple(sorted({int(x) for r in shown["ranks"] for x in r}))
     copies = shown["host_copy"].astype(bool).to_numpy() if "host_copy" in shown else np.zeros(len(shown), bool)

@@ -65,9 +65,9 @@ def exposed_tp(ranks: pd.DataFrame, comm_by_dim: pd.DataFrame, collectives: pd.D
     path_us, path_share = critical_tp(critical_path_events, critical_path, collectives)
     ops = _tp_ops(collectives, hit)
     message = (f"Tensor-parallel communication not hidden under compute takes up to {worst:.0%} of the step "
-               f"({per_step.max() / 1e3:,.1f} ms per step, {fmt.ranks(hit)}): {_pct(of_exposed)} of their exposed "
+               f"({fmt.ms(per_step.max(), unit=True)} per step, {fmt.ranks(hit)}): {_pct(of_exposed)} of their exposed "
                f"communication{' (' + ops + ')' if ops else ''}. ")
-    message += (f"On the steps' critical paths, tensor-parallel collectives take {path_us / 1e3:,.1f} ms per step "
+    message += (f"On the steps' critical paths, tensor-parallel collectives take {fmt.ms(path_us, unit=True)} per step "
                 f"({_pct(path_share)} of the path): what hiding them could save at most."
                 if not math.isnan(path_us) else "Their time on the critical path is unknown (no critical path).")
     evidence = {"share": worst, "threshold": TP_EXPOSED_SHARE[0], "tp_exposed_us_per_step": float(per_step.max()),

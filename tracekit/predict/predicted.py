@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from tracekit import fmt
 from tracekit.predict import pipeline_whatif, replay
 from tracekit.predict.scenarios import _FIX, NO_GAIN_PCT, _cats, _window, predict_graph
 
@@ -41,14 +42,14 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
         scenario, label = _FIX[f.kind]
         row = table.loc[scenario]
         text = label.format(ranks=", ".join(str(r) for r in f.ranks))
-        saving = f"-{row['saving_us'] / 1e3:.1f} ms/step (-{row['saving_pct']:.0f}%)"
+        saving = f"-{fmt.ms(row['saving_us'], unit=True)}/step (-{row['saving_pct']:.0f}%)"
         evidence = {**f.evidence, "scenario": scenario, "predicted_step_us": float(row["step_time_us"]),
                     "predicted_saving_us": float(row["saving_us"])}
         how = "Predicted by replay" if scenario != "microbatches_x2" else "Predicted by simulating the schedule"
         if row["saving_pct"] < NO_GAIN_PCT:  # what was seen is true, but the replay finds no faster step from the fix
             why = ("the steps' critical paths do not wait on it" if scenario != "microbatches_x2" else
                    "the smaller microbatches' own cost outweighs the shorter fill and drain")
-            saving = f"no measurable gain ({row['step_time_us'] / 1e3:.1f} against {base / 1e3:.1f} ms/step): {why}"
+            saving = f"no measurable gain ({fmt.ms(row['step_time_us'])} against {fmt.ms(base, unit=True)}/step): {why}"
         out.append(dataclasses.replace(f, message=f"{f.message} {how}: {text}: {saving}.", evidence=evidence))
     return tuple(out)
 
