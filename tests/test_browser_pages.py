@@ -18,6 +18,7 @@ One JavaScript snippet (``CHECKS``) reads a page in one round trip. What it hold
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from pathlib import Path
 from urllib.parse import urlencode
@@ -25,8 +26,12 @@ from urllib.parse import urlencode
 import pytest
 
 from test_browser import PAGES, SHOTS, chromium, pytestmark, script_state, start_app  # noqa: F401 (the skip without Chromium)
-from viewer_runs import SAMPLES
+from viewer_runs import REPO, SAMPLES
 from workloads.ports import free_port
+
+if str(REPO) not in sys.path:  # the app is a folder of the repository, not an installed package
+    sys.path.insert(0, str(REPO))
+from app.fmt import MAX_COLUMN_PX  # noqa: E402
 
 SHARED_HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
 # The pages as app/main.py lists them, with the title each shows.
@@ -41,9 +46,9 @@ const main = document.querySelector('[data-testid="stMain"]');
 const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0
                      && getComputedStyle(e).visibility !== 'hidden'; };
 const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
-const said = e => (e.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 90);
-const named = e => (e.getAttribute('data-testid') || e.getAttribute('class') || e.tagName.toLowerCase())
-    .toString().split(' ')[0];
+const said = e => ((e.tagName === 'INPUT' ? e.value : e.textContent) || '').trim().replace(/\\s+/g, ' ').slice(0, 90);
+const named = e => e.tagName === 'INPUT' ? `box '${e.getAttribute('aria-label')}'`
+    : (e.getAttribute('data-testid') || e.getAttribute('class') || e.tagName.toLowerCase()).toString().split(' ')[0];
 const out = {exceptions: Array.from(document.querySelectorAll('[data-testid="stException"]')).map(said),
              traceback: main ? main.innerText.includes('Traceback') : false, charts: [], cut: []};
 
@@ -75,8 +80,10 @@ for (const p of document.querySelectorAll('.js-plotly-plot')) {
 // Text cut off.
 const TEXT = ['[data-testid="stMarkdownContainer"] p', '[data-testid="stMarkdownContainer"] li',
               '[data-testid="stMetricLabel"]', '[data-testid="stMetricValue"]', '[data-testid="stCaptionContainer"]',
-              'h1', 'h2', 'h3', 'h4', '[data-testid="stDataFrame"]', '.js-plotly-plot .gtitle',
-              '.js-plotly-plot .annotation-text'];
+              'h1', 'h2', 'h3', 'h4', '[data-testid="stDataFrame"]', '[data-testid="stWidgetLabel"]',
+              '[data-testid="stSidebarNavLink"] span', 'input[role="combobox"]',
+              '[data-testid="stSliderThumbValue"]', '.js-plotly-plot .gtitle', '.js-plotly-plot .annotation-text',
+              '.js-plotly-plot .legendtext', '.js-plotly-plot .xtitle', '.js-plotly-plot .ytitle'];
 const overflow = s => [s.overflowX, s.overflowY];
 const container = e => {
     for (let a = e.parentElement; a; a = a.parentElement) {
@@ -98,12 +105,37 @@ for (const root of roots) for (const e of root.querySelectorAll(TEXT.join(',')))
     for (const d of [e, ...e.querySelectorAll('*')]) {
         if (!(d instanceof HTMLElement) || !shown(d)) continue;
         const ds = getComputedStyle(d);
-        const cuts = overflow(ds).some(o => o === 'hidden' || o === 'clip') || ds.textOverflow === 'ellipsis';
+        const cuts = d.tagName === 'INPUT' || overflow(ds).some(o => o === 'hidden' || o === 'clip')
+                     || ds.textOverflow === 'ellipsis';
         if (cuts && d.scrollWidth > d.clientWidth + 1) {
             out.cut.push({element: named(e), text: said(e), why: `wider than its box (${d.scrollWidth} px text in ${d.clientWidth} px)`});
             break;
         }
     }
+}
+// Table cells: glide-data-grid draws them on a canvas; its grid's props (found through React's fiber on the canvas)
+// give each column's width and each cell's text as drawn, measured here in the grid's font.
+const measure = document.createElement('canvas').getContext('2d');
+for (const canvas of document.querySelectorAll('[data-testid="stDataFrame"] canvas[data-testid="data-grid-canvas"]')) {
+    const fiber = Object.keys(canvas).find(k => k.startsWith('__reactFiber'));
+    let f = fiber ? canvas[fiber] : null;
+    while (f && !(f.memoizedProps && f.memoizedProps.getCellContent && f.memoizedProps.theme)) f = f.return;
+    if (!f) { out.cut.push({element: 'stDataFrame', text: '', why: 'its grid could not be read'}); continue; }
+    const grid = f.memoizedProps, theme = grid.theme, pad = 2 * theme.cellHorizontalPadding;
+    const table = named(canvas.closest('[data-testid="stElementContainer"]') || canvas);
+    grid.columns.forEach((column, i) => {
+        measure.font = `${theme.headerFontStyle} ${theme.fontFamily}`;
+        const cells = [[String(column.title), measure.measureText(String(column.title)).width]];
+        measure.font = `${theme.baseFontStyle} ${theme.fontFamily}`;
+        for (let r = 0; r < Math.min(grid.rows, 200); r++) {
+            const text = String(grid.getCellContent([i, r]).displayData ?? '');
+            cells.push([text, measure.measureText(text).width]);
+        }
+        const [text, wide] = cells.reduce((a, b) => b[1] > a[1] ? b : a);
+        // A text longer than the widest column the app gives (app.fmt.MAX_COLUMN_PX) is cut by design.
+        if (wide > column.width - pad + 0.5 && wide <= arguments[0] - pad) out.cut.push({element: `table cell of column '${column.title}'`, text: text,
+            why: `wider than its column (${Math.round(wide)} px text in ${Math.round(column.width - pad)} px)`});
+    });
 }
 out.checked = seen.size;
 return out;
@@ -185,7 +217,7 @@ def test_every_page_reads_whole(pages_app, browser, run, page):
     title = ALL_PAGES[page][0]
     browser.get(f"{base}/{'' if page == 'overview' else page}?{urlencode({'run': f'{label}/{run}', 'rank': 0})}")
     settle(browser, title)
-    found = browser.execute_script(CHECKS)
+    found = browser.execute_script(CHECKS, MAX_COLUMN_PX)
     (SHOTS / "pages").mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SHOTS / "pages" / f"{run}-{page}.png"))
     assert found["checked"] > 2, f"{run} / {page}: the page shows almost no text ({found['checked']} element(s))"
