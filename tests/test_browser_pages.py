@@ -2,6 +2,7 @@
 Selenium): a GPU trace from ../shared (nccl_a100_2rank, itself rank 0 of a 2-rank run), a CPU sample with a
 pipeline (pp-1f1b-4rank-heavy), and a CPU run with one rank's file left out (tp-fsdp-4rank without rank 3, which
 has FSDP units). On each page: no exception, no empty chart without a message saying why, and no text cut off.
+Each page's screenshot is saved under ``build/screenshots/pages/``.
 
 One JavaScript snippet (``CHECKS``) reads a page in one round trip. What it holds to:
 
@@ -9,10 +10,14 @@ One JavaScript snippet (``CHECKS``) reads a page in one round trip. What it hold
   heatmap's, a finite cell). An empty chart says why in itself, as the app's empty charts do (an annotation,
   ``tracekit.render.charts._note`` and ``charts_ops._empty``), or in an alert right beside it.
 - Text that must be read whole (markdown paragraphs and list items, metric labels and values, captions, headings,
-  chart titles and annotations, and each table as a whole) lies within its container: the nearest ancestor whose
-  overflow is not visible (both ways where it clips, across where it scrolls), else the main block. And nothing in
-  it that clips or ends in an ellipsis is wider than its box (a metric value cut to "NVIDIA A100 SX...").
-  A table's cells are drawn on a canvas (glide-data-grid): their text is not in the page to measure.
+  widget labels, the sidebar's links and boxes, slider values, and in charts the title, annotations, legend and axis
+  titles; each table as a whole) lies within its container: the nearest ancestor whose overflow is not visible
+  (both ways where it clips, across where it scrolls), else the main block. Nothing in it that clips or ends in an
+  ellipsis is wider than its box (a metric value cut to "NVIDIA A100 SX...", a run id in the Run box).
+- Table cells: glide-data-grid draws them on a canvas, so the snippet reads the grid's own column widths and cell
+  texts (its props, through React's fiber on the canvas; the first 200 rows) and measures each text in the grid's
+  font. A text longer than the widest column the app gives (``app.fmt.MAX_COLUMN_PX``, a long kernel name) is cut by
+  design; any shorter one must fit its column, header included.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from app.fmt import MAX_COLUMN_PX  # noqa: E402
 SHARED_HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
 # The pages as app/main.py lists them, with the title each shows.
 ALL_PAGES = {**PAGES, "fsdp": ("FSDP", 0), "pipeline": ("Pipeline", 0)}
-GPU, CPU, ONE_MISSING = "nccl_a100_2rank", "pp-1f1b-4rank-heavy", "tp-fsdp-4rank-without-rank-3"
+GPU, CPU, ONE_MISSING = "nccl_a100_2rank", "pp-1f1b-4rank-heavy", "tp-fsdp-4rank-no-rank-3"
 RUNS = (GPU, CPU, ONE_MISSING)
 
 CHECKS = """
@@ -145,7 +150,8 @@ return out;
 @pytest.fixture(scope="module")
 def pages_app(tmp_path_factory):
     """``streamlit run`` on a root with the three runs; yields the base URL and the root's label."""
-    root = tmp_path_factory.mktemp("pages") / "pages"
+    # Named as the bundled runs' root, so the run ids are as long as a user sees them ("sample_traces/...").
+    root = tmp_path_factory.mktemp("pages") / "sample_traces"
     root.mkdir()
     if (SHARED_HTA / GPU).is_dir():
         shutil.copytree(SHARED_HTA / GPU, root / GPU)
