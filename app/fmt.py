@@ -15,6 +15,10 @@ from tracekit import fmt as _fmt
 display_units = _fmt.display_units  # a table in ms and MB, as the CLI and the HTML report show them
 UNKNOWN, NOT_APPLICABLE = _fmt.UNKNOWN, _fmt.NOT_APPLICABLE
 MAX_STYLED_CELLS = 60_000  # above this, a pandas Styler takes seconds: column formats instead
+# A column is as wide as its header's or its longest cell's text (``widths``): CHAR_PX per character (the table's
+# 14 px font draws 6-7, up to 9 in a word of m's), CELL_PAD_PX for the padding either side, at most MAX_COLUMN_PX; a longer text is cut, and
+# read whole in the cell's overlay or the CSV. MEASURED_ROWS: the rows measured.
+CHAR_PX, CELL_PAD_PX, MAX_COLUMN_PX, MEASURED_ROWS = 9, 20, 480, 2000
 NOT_APPLICABLE_COLUMNS = ("ratio",)  # besides the shares ('_pct'), as tracekit.fmt.pct and Comparison write them
 UNKNOWN_SHARES = ("saving_pct",)  # a share the CLI writes 'unknown' (``tracekit whatif``): its run was not replayed
 
@@ -112,6 +116,46 @@ def styled(frame: pd.DataFrame, na: pd.DataFrame | None = None, numbers: bool = 
     return frame.style.format(formats, na_rep=empty)
 
 
+def widths(frame: pd.DataFrame, empty: str = UNKNOWN) -> dict[str, int]:
+    """Each column's width in px, wide enough for its header and its longest cell as drawn (numbers by their column's
+    unit, an empty cell as ``empty``), at most ``MAX_COLUMN_PX``. Streamlit sizes a column by the cells it samples
+    and an empty one as empty: a longer cell further down, or the placeholder ``unknown``, was cut.
+
+    >>> widths(pd.DataFrame({"cause": ["host", "host_unrecorded"], "wait_us": [float("nan"), 2.0]}))
+    {'cause': 155, 'wait_us': 83}
+    """
+    rows = frame.head(MEASURED_ROWS)
+    out = {}
+    for name in frame.columns:
+        values = rows[name]
+        if values.dtype.kind == "f":
+            write = _format_of(name)
+            texts = [empty if _fmt.is_unknown(v) else write(v) for v in values]
+        else:
+            texts = [empty if _fmt.is_unknown(v) else str(v) for v in values]
+        chars = max([len(str(name)), *map(len, texts)])
+        out[str(name)] = min(MAX_COLUMN_PX, CELL_PAD_PX + CHAR_PX * chars)
+    return out
+
+
+def _sized(frame: pd.DataFrame, empty: str, given: dict | None) -> dict:
+    """``given`` column configs, each column's width (``widths``) added where it sets none."""
+    import streamlit as st
+
+    config = dict(given or {})
+    for name, px in widths(frame, empty).items():
+        mine = config.get(name)
+        if mine is None and name in config:  # a hidden column
+            continue
+        if isinstance(mine, dict):
+            config[name] = mine if mine.get("width") is not None else {**mine, "width": px}
+        elif isinstance(mine, str):
+            config[name] = st.column_config.Column(mine, width=px)
+        else:
+            config[name] = st.column_config.Column(width=px)
+    return config
+
+
 def table(frame, na: pd.DataFrame | None = None, column_config: dict | None = None, numbers: bool = False,
           **kwargs):
     """``st.dataframe`` of a table, every page's one way to show one (``styled``; ``kwargs`` go to st.dataframe), with
@@ -125,8 +169,10 @@ def table(frame, na: pd.DataFrame | None = None, column_config: dict | None = No
     empty = placeholder(frame, na) if numbers else UNKNOWN
     if frame.size > MAX_STYLED_CELLS:
         frame = frame if numbers else shown(frame, na)
-        return st.dataframe(frame, column_config=columns(frame) | (column_config or {}), placeholder=empty, **kwargs)
-    return st.dataframe(styled(frame, na, numbers), column_config=column_config, placeholder=empty, **kwargs)
+        return st.dataframe(frame, column_config=_sized(frame, empty, columns(frame) | (column_config or {})),
+                            placeholder=empty, **kwargs)
+    config = _sized(frame.reset_index(drop=True) if numbers else shown(frame, na), empty, column_config)
+    return st.dataframe(styled(frame, na, numbers), column_config=config, placeholder=empty, **kwargs)
 
 
 def columns(frame) -> dict:

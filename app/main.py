@@ -37,10 +37,15 @@ LISTED_ONLY_WHEN = {"fsdp": HAS_FSDP, "pipeline": HAS_PIPELINE}
 UPLOAD_LABEL = "upload"
 LIMITS = UploadLimits()
 PREFERRED = "resnet-gloo-2rank"
+# The sidebar's width in px: the Run box then shows a run id of about 40 characters whole (the bundled runs' longest,
+# "sample_traces/fsdp-gloo-2rank-prefetch0", is 39); Streamlit's default cuts it after 32. Each page's caption
+# writes the id in full.
+SIDEBAR_PX = 360
 
 
 def main() -> None:
-    st.set_page_config(page_title="tracekit", page_icon=":material/timeline:", layout="wide")
+    st.set_page_config(page_title="tracekit", page_icon=":material/timeline:", layout="wide",
+                       initial_sidebar_state=SIDEBAR_PX)
     state.url_once()
     listed = {key: st.session_state.get(key, False) for key in LISTED_ONLY_WHEN.values()}
     pages = {slug: st.Page(VIEWS / f"{slug}.py", title=title, icon=icon, url_path=slug, default=slug == "overview",

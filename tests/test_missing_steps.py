@@ -129,5 +129,5 @@ def test_one_rank_read_names_no_slowest_rank_and_says_why_waits_are_unknown():
     assert "slowest rank (mean step time)" not in html and "most often last" not in html
     no_waits = one.ranks.assign(comm_wait_us=float("nan"), comm_transfer_us=float("nan"))
     fig = charts.wait_vs_transfer(dataclasses.replace(one, ranks=no_waits))
-    assert [a.text for a in fig.layout.annotations] == [
+    assert [charts.unwrapped(a.text) for a in fig.layout.annotations] == [
         "unknown: waiting and transfer need each collective matched on two or more ranks (one rank read)"]

@@ -14,6 +14,7 @@ as ``tracekit.schema`` lists them. Times are drawn in ms, sizes in MB, bandwidth
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -274,5 +275,23 @@ def compare_bars(table: pd.DataFrame, a_label: str = "a", b_label: str = "b") ->
     return fig
 
 
+EMPTY_LINE_CHARS = 60  # an empty chart's message is wrapped to lines this long: it fits a half-width chart
+
+
+def wrapped(message: str, width: int = EMPTY_LINE_CHARS) -> str:
+    """``message`` in lines of at most ``width`` characters (words kept whole), joined by plotly's ``<br>``.
+
+    >>> wrapped("no operator was recorded: record with record_shapes=True", 30)
+    'no operator was recorded:<br>record with record_shapes=True'
+    """
+    return "<br>".join(textwrap.wrap(message, width, break_long_words=False, break_on_hyphens=False)) or message
+
+
+def unwrapped(text: str) -> str:
+    """A ``wrapped`` message as one line again (what tests and readers compare)."""
+    return text.replace("<br>", " ")
+
+
 def _note(fig: go.Figure, text: str) -> None:
-    fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    """Why a chart is empty, in its middle, wrapped (``wrapped``) so that a half-width chart shows it whole."""
+    fig.add_annotation(text=wrapped(text), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5, align="center")

@@ -11,7 +11,6 @@ says why in ``table.attrs["note"]``, an empty chart in its annotation. The devic
 from __future__ import annotations
 
 import re
-import textwrap
 
 import numpy as np
 import pandas as pd
@@ -19,7 +18,7 @@ import plotly.graph_objects as go
 
 from tracekit import devices
 from tracekit.fmt import UNKNOWN, by_column, display_units, mb, ranks
-from tracekit.render.charts import TITLE, TOP, TOP_NOTED
+from tracekit.render.charts import TITLE, TOP, TOP_NOTED, unwrapped, wrapped  # noqa: F401 (unwrapped: for readers)
 
 KIND_COLORS = {"matmul": "#4C78A8", "conv": "#F58518", "attention": "#54A24B", "elementwise": "#B279A2",
                "norm": "#EECA3B", "other": "#9D755D"}
@@ -84,23 +83,6 @@ def _layout(fig: go.Figure, title: str, note: str = "", **layout) -> go.Figure:
                       margin=dict(l=60, r=20, t=TOP_NOTED if note else TOP, b=50),
                       legend=dict(orientation="h", y=-0.2), **layout)
     return fig
-
-
-EMPTY_LINE_CHARS = 60  # an empty chart's message is wrapped to lines this long: it fits a half-width chart
-
-
-def wrapped(message: str, width: int = EMPTY_LINE_CHARS) -> str:
-    """``message`` in lines of at most ``width`` characters (words kept whole), joined by plotly's ``<br>``.
-
-    >>> wrapped("no operator was recorded: record with record_shapes=True", 30)
-    'no operator was recorded:<br>record with record_shapes=True'
-    """
-    return "<br>".join(textwrap.wrap(message, width, break_long_words=False, break_on_hyphens=False)) or message
-
-
-def unwrapped(text: str) -> str:
-    """A ``wrapped`` message as one line again (what tests and readers compare)."""
-    return text.replace("<br>", " ")
 
 
 def _empty(fig: go.Figure, title: str, message: str) -> go.Figure:
