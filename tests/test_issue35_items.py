@@ -1,0 +1,207 @@
+"""Issue 35's checklist, items that had no test of their own: the viewer on one rank of a two-rank GPU run
+(``nccl_a100_2rank`` from the shared traces) under Streamlit's AppTest, MFU written ``n/a`` on a CPU in the HTML
+report and the viewer, the FSDP page's captions, the roofline's log ticks by hand, ``tracekit view``'s own output,
+``cache info``'s limit, and the newcomer's CLI lines (an empty compressed file, a folder of runs)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tracekit
+from tracekit.cli.main import main
+from tracekit.render import charts_roofline, report
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces"
+ONE_OF_TWO = REPO.parent / "shared" / "traces" / "hta" / "nccl_a100_2rank"  # rank 0's trace only
+MAIN = str(REPO / "app" / "main.py")
+needs_shared = pytest.mark.skipif(not ONE_OF_TWO.is_dir(), reason=f"needs the shared traces ({ONE_OF_TWO})")
+
+
+# ------------------------------------------------------------------- MFU n/a on a CPU, in the HTML report too
+
+def test_the_html_reports_ranks_table_writes_cpu_mfu_as_na():
+    """resnet-gloo-2rank is CPU-only: no device peak, so MFU is n/a (as in the text report and the viewer), not
+    'unknown'; the FLOPs per step beside it are known (1,738,260,480)."""
+    page = report.html_report(tracekit.summarize(SAMPLES / "resnet-gloo-2rank", cache=False, workers=1))
+    ranks = page.split("Per rank (times in ms")[1].split("</table>")[0]
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", ranks, re.S)]
+    rows = [r for r in rows if r]
+    assert [r[:2] for r in rows] == [["0", "cpu"], ["1", "cpu"]]
+    assert [r[-2:] for r in rows] == [["1,738,260,480", "n/a"]] * 2
+
+
+def test_the_html_reports_mfu_is_unknown_where_the_peak_is_known_and_the_flops_are_not():
+    import pandas as pd
+
+    ranks = pd.DataFrame({"rank": [0, 1, 2], "mfu_pct": [41.26, float("nan"), float("nan")]})
+    dq = pd.DataFrame({"rank": [0, 1, 2], "device_peaks": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB",
+                                                           "unknown: AMD Radeon Graphics"]})
+    assert report._mfu_written(ranks, dq)["mfu_pct"].tolist() == ["41.3", "unknown", "n/a"]
+
+
+# ------------------------------------------------------------------- the roofline's log ticks by hand
+
+def test_roofline_ticks_label_1_2_5_over_two_and_a_half_decades_else_powers_of_ten():
+    # 0.07 .. 9: log10(9 / 0.07) = 2.11 decades -> 1, 2, 5 per decade ("D2"); 0.5 .. 2000: 3.60 -> powers of ten;
+    # 0.01 .. 3: 2.48 -> D2; 0.01 .. 4: 2.60 -> powers of ten. Zeros and NaN are not on a log axis.
+    assert charts_roofline.log_ticks([0.07, 9.0]) == {"dtick": "D2"}
+    assert charts_roofline.log_ticks([0.5, 2000.0]) == {"dtick": 1}
+    assert charts_roofline.log_ticks([0.01, 0.0, 3.0, float("nan")]) == {"dtick": "D2"}
+    assert charts_roofline.log_ticks([0.01, 4.0]) == {"dtick": 1}
+
+
+# ------------------------------------------------------------------- cache info's limit
+
+def test_cache_info_gives_the_limit_as_4_gib(tmp_path, capsys):
+    # 4 GiB = 4 x 2**30 = 4,294,967,296 bytes = 4,295 MB (the README's 4 GiB, not "at most 4,295 MB" alone).
+    assert main(["cache", "info", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "of at most 4 GiB (4,295 MB;" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["cache", "--help"])
+    assert "4 GiB" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------- the newcomer's CLI lines
+
+def test_an_empty_compressed_file_is_an_empty_file_on_the_command_line(tmp_path, capsys):
+    for name, data in (("zero/rank-0.pt.trace.json.gz", b""), ("nothing/rank-0.json.gz", gzip.compress(b""))):
+        (tmp_path / name).parent.mkdir()
+        (tmp_path / name).write_bytes(data)
+        assert main(["summarize", str((tmp_path / name).parent), "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path / name} (empty file" in err and "truncated" not in err, err
+
+
+def test_summarize_on_a_folder_of_runs_lists_them_on_the_command_line(tmp_path, capsys):
+    for name in ("resnet-gloo-2rank", "gpt-gloo-2rank"):
+        shutil.copytree(SAMPLES / name, tmp_path / "runs" / name)
+    assert main(["summarize", str(tmp_path / "runs"), "--no-cache"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"tracekit: error: {tmp_path / 'runs'}: this folder holds runs, not traces: gpt-gloo-2rank, resnet-gloo-2rank "
+        f"(summarize one of them, e.g. {tmp_path / 'runs' / 'gpt-gloo-2rank'})")
+
+
+# ------------------------------------------------------------------- tracekit view's own output
+
+def test_tracekit_view_prints_one_local_url_and_no_usage_statistics_line(tmp_path):
+    """Streamlit, started by ``tracekit view``, prints one local URL: no Network or External URL (it listens on
+    localhost) and no "collecting usage statistics" line (none are sent)."""
+    pytest.importorskip("streamlit")
+    from workloads.ports import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit", "view", str(SAMPLES / "gpt-gloo-2rank"),
+                             "--port", str(port)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(f":{port}" in line and "URL" in line for line in lines):
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            lines.append(line)
+        time.sleep(1)  # anything Streamlit prints after the URL
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    text = "".join(lines) + out
+    urls = [line.strip() for line in text.splitlines() if "URL:" in line]
+    assert urls == [f"URL: http://localhost:{port}"], text
+    assert "usage statistics" not in text.lower() and "Network URL" not in text and "External URL" not in text
+
+
+# ------------------------------------------------------------------- the viewer on one rank of two (AppTest)
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("issue35") / "runs"
+    if ONE_OF_TWO.is_dir():
+        shutil.copytree(ONE_OF_TWO, root / "nccl_a100_2rank")
+    for name in ("gpt-gloo-2rank", "fsdp-gloo-2rank"):
+        shutil.copytree(SAMPLES / name, root / name)
+    return root
+
+
+@pytest.fixture
+def page(runs_root, monkeypatch):
+    """The AppTest of one viewer page of one run (``run`` a folder under the root), run once."""
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setattr(sys, "argv", ["main.py", "--root", str(runs_root)])
+    if str(REPO) not in sys.path:
+        monkeypatch.syspath_prepend(str(REPO))
+
+    def open_page(run: str, name: str, rank: int = 0):
+        at = AppTest.from_file(MAIN, default_timeout=120)
+        at.query_params.update({"run": f"runs/{run}", "page": name, "rank": str(rank)})
+        at.run()
+        assert not at.exception, at.exception[0].value
+        return at
+    return open_page
+
+
+def figures(at) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+@needs_shared
+def test_overview_of_one_rank_of_two_names_no_slowest_rank(page):
+    at = page("nccl_a100_2rank", "overview")
+    labels = [m.label for m in at.metric]
+    assert labels == ["Step time", "Exposed comm", "Comm overlapped", "Idle"]  # no Slowest rank / Straggler card
+    assert "1 rank(s) · backend nccl" in [c.value for c in at.caption]
+
+
+@needs_shared
+def test_the_wait_and_transfer_chart_of_one_rank_says_why_it_is_empty(page):
+    at = page("nccl_a100_2rank", "communication")
+    chart = [f for f in figures(at) if "waiting for the last rank" in f["layout"]["title"]["text"]]
+    assert len(chart) == 1
+    said = [a["text"].replace("<br>", " ") for a in chart[0]["layout"].get("annotations", [])]
+    assert said == ["unknown: waiting and transfer need each collective matched on two or more ranks (one rank read)"]
+
+
+@needs_shared
+def test_the_ops_page_gives_the_whole_device_name_and_a_wrapped_roofline_message(page):
+    at = page("nccl_a100_2rank", "ops")
+    assert "**Device:** NVIDIA A100 SXM4 40GB" in [m.value for m in at.markdown]
+    assert "Device" not in [m.label for m in at.metric]  # a metric card cut it to "NVIDIA A100 SX..."
+    assert {m.label: m.value for m in at.metric}["MFU"] == "unknown"  # the A100's peak is known, its FLOPs are not
+    roofline = [f for f in figures(at) if f["layout"]["title"]["text"].startswith("Roofline")][0]
+    lines = roofline["layout"]["annotations"][0]["text"].split("<br>")
+    assert len(lines) >= 2 and max(map(len, lines)) <= 60, lines  # lines a half-width chart shows whole
+    assert "record_shapes=True" in " ".join(lines)
+
+
+@needs_shared
+def test_the_timeline_of_a_gpu_rank_has_one_step_thumb_and_its_host_threads(page):
+    at = page("nccl_a100_2rank", "timeline")
+    assert [(s.key, s.value) for s in at.select_slider] == [("timeline_step", 4)]  # one thumb: never "4 4"
+    lanes = figures(at)[0]["layout"]["yaxis"]["tickvals"]
+    assert any(str(lane).startswith("stream") for lane in lanes), lanes
+    assert any(str(lane).startswith("thread") for lane in lanes), lanes  # host threads beside the streams
+
+
+def test_the_ops_page_of_a_cpu_run_writes_mfu_na(page):
+    at = page("gpt-gloo-2rank", "ops")
+    assert {m.label: m.value for m in at.metric}["MFU"] == "n/a"
+
+
+def test_no_fsdp_caption_puts_a_code_span_in_parentheses(page):
+    """A code span in parentheses, ``(`steps`)``, is drawn as '( steps )': the FSDP page names the count in words."""
+    at = page("fsdp-gloo-2rank", "fsdp")
+    captions = [c.value for c in at.caption]
+    assert any("their count is the table's steps column" in c for c in captions), captions
+    assert not [c for c in captions if re.search(r"\(\s*`[^`]*`\s*\)", c)], captions
