@@ -205,3 +205,41 @@ def test_no_fsdp_caption_puts_a_code_span_in_parentheses(page):
     captions = [c.value for c in at.caption]
     assert any("their count is the table's steps column" in c for c in captions), captions
     assert not [c for c in captions if re.search(r"\(\s*`[^`]*`\s*\)", c)], captions
+
+
+# ------------------------------------------------------------------- host_kind: no kernel launch on a CPU rank
+
+def test_host_kind_names_a_launch_only_on_a_rank_with_a_device():
+    """Two gaps, the first with 200 us of host time before the op that ends it, the second none. On a GPU rank the
+    first is a 'kernel launch' (a cudaLaunchKernel issued the work at 1,000 ns); on a CPU-only rank, with the same
+    tables, nothing is launched: ''. (The sample CPU runs have no host part in any gap, so this is the case that
+    tells the two apart.)"""
+    import pandas as pd
+
+    from tracekit.events.causes import host_kinds
+
+    gaps = pd.DataFrame({"start_ns": [0, 5_000], "dur_us": [2.0, 1.0], "idle_host_us": [0.2, 0.0]})
+    dev = pd.DataFrame({"start_ns": [2_000, 6_000], "launch_ns": [1_000, 4_000]})
+    events = pd.DataFrame({"ts_ns": [1_000, 4_000], "name": pd.Categorical(["cudaLaunchKernel"] * 2),
+                           "cat": pd.Categorical(["cuda_runtime"] * 2)})
+    assert host_kinds(gaps, dev, events, device_rank=True).tolist() == ["kernel launch", ""]
+    assert host_kinds(gaps, dev, events, device_rank=False).tolist() == ["", ""]
+
+
+# ------------------------------------------------------------------- "compute": one meaning
+
+def test_compute_is_all_compute_and_compute_only_has_its_own_name(tmp_path):
+    """test_compare's hand run: each 1000 us step has a gemm 0-400 us and an all-reduce 300-600 us, so 100 us of
+    the 400 us of compute has communication under it. Over the window's two steps: compute (the text report, the
+    API's ranks table) is all of it, 2 x 400 = 800 us = 0.800 ms, not the 2 x 300 = 0.600 ms without communication
+    under it; that part is compare's compute_only_ms, per step 0.3 ms (0.4 ms on the run with no all-reduce)."""
+    from test_compare import _run
+
+    a, b = _run(tmp_path / "a", True), _run(tmp_path / "b", False)
+    assert a.ranks["compute_us"].tolist() == [800.0, 800.0] and a.ranks["overlap_us"].tolist() == [200.0, 200.0]
+    lines = str(a).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["rank", "device"])
+    assert lines[header].split()[5] == "compute" and lines[header + 1].split()[5:7] == ["0.800", "(40%)"]
+    table = tracekit.compare(a, b).table.set_index("metric")
+    assert table.loc["compute_only_ms", ["a", "b"]].tolist() == pytest.approx([0.3, 0.4])
+    assert "compute_ms" not in table.index  # no second meaning under the first one's name
