@@ -243,3 +243,22 @@ def test_compute_is_all_compute_and_compute_only_has_its_own_name(tmp_path):
     table = tracekit.compare(a, b).table.set_index("metric")
     assert table.loc["compute_only_ms", ["a", "b"]].tolist() == pytest.approx([0.3, 0.4])
     assert "compute_ms" not in table.index  # no second meaning under the first one's name
+
+
+# ------------------------------------------------------------------- one number, one way: amd_mi250's GFLOP/step
+
+AMD = REPO.parent / "shared" / "traces" / "hta" / "amd_mi250"
+
+
+@pytest.mark.skipif(not AMD.is_dir(), reason=f"needs the shared traces ({AMD})")
+def test_amd_mi250s_gflop_per_step_reads_alike_in_the_text_and_the_viewer(runs_root, page):
+    """327,680 matmul FLOPs per step = 0.00032768 GFLOP: '0.000328' (three significant digits below 1) in the text
+    report and on the Operators page's card (the issue saw 0.00, 0.0003277 and 1.651e-05); MFU n/a in both, the
+    Radeon having no datasheet peak in tracekit."""
+    shutil.copytree(AMD, runs_root / "amd_mi250", dirs_exist_ok=True)
+    s = tracekit.summarize(AMD, cache=False, workers=1)
+    assert s.ranks["matmul_flops_per_step"].tolist() == [327_680.0]
+    text = str(s).split("Matmul FLOPs and MFU per rank")[1].splitlines()
+    assert text[2].split()[-3:] == ["0.000328", "0.0000351", "n/a"]
+    shown = {m.label: m.value for m in page("amd_mi250", "ops").metric}
+    assert shown == {"Matmul GFLOP per step": "0.000328", "MFU": "n/a"}
