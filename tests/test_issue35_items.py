@@ -262,3 +262,28 @@ def test_amd_mi250s_gflop_per_step_reads_alike_in_the_text_and_the_viewer(runs_r
     assert text[2].split()[-3:] == ["0.000328", "0.0000351", "n/a"]
     shown = {m.label: m.value for m in page("amd_mi250", "ops").metric}
     assert shown == {"Matmul GFLOP per step": "0.000328", "MFU": "n/a"}
+
+
+# ------------------------------------------------------------------- the Compare page: sources, the flag, the digits
+
+def test_the_compare_page_names_each_rows_source_and_flags_the_disagreeing_pair(runs_root, page):
+    """resnet-gloo-2rank-memory against -bf16, the issue's pair: the profiled step is 285.25 / 233.34 = 1.2225x
+    slower, which with the same samples per step implies 1 / 1.2225 = 0.818x the throughput, but run.json's
+    un-profiled steps measured 80.90 / 68.63 = 1.18x: flagged, as ``tracekit compare`` flags it. The table's cells
+    read as the CLI writes them (233.34, 1.22, 0.431), each row with its source."""
+    import pyarrow as pa
+
+    for name in ("resnet-gloo-2rank-memory", "resnet-gloo-2rank-bf16"):
+        shutil.copytree(SAMPLES / name, runs_root / name, dirs_exist_ok=True)
+    at = page("resnet-gloo-2rank-memory", "compare")
+    at.selectbox(key="compare_b").set_value("runs/resnet-gloo-2rank-bf16").run()
+    assert not at.exception
+    shown = pa.ipc.open_stream(at.dataframe[0].proto.arrow_data.styler.display_values).read_pandas()
+    rows = shown.set_index("metric")[["a", "b", "ratio", "source"]]
+    assert rows.loc["step_time_ms"].tolist() == ["233.34", "285.25", "1.22", "trace"]
+    assert rows.loc["throughput_samples_per_s"].tolist() == ["68.63", "80.90", "1.18", "run.json"]
+    assert rows.loc["exposed_comm_ms"].tolist() == ["63.87", "27.56", "0.431", "trace"]
+    assert "compute_only_ms" in rows.index and "compute_ms" not in rows.index
+    assert [w.value for w in at.warning] == [
+        "the profiled step time (1.22x) implies 0.818x the throughput, but the un-profiled steps of run.json measured "
+        "1.18x: the two disagree in direction (profiler overhead, or a different load on the machine between the runs)"]
