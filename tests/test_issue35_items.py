@@ -260,8 +260,10 @@ def test_amd_mi250s_gflop_per_step_reads_alike_in_the_text_and_the_viewer(runs_r
     assert s.ranks["matmul_flops_per_step"].tolist() == [327_680.0]
     text = str(s).split("Matmul FLOPs and MFU per rank")[1].splitlines()
     assert text[2].split()[-3:] == ["0.000328", "0.0000351", "n/a"]
-    shown = {m.label: m.value for m in page("amd_mi250", "ops").metric}
-    assert shown == {"Matmul GFLOP per step": "0.000328", "MFU": "n/a"}
+    at = page("amd_mi250", "ops")
+    assert {m.label: m.value for m in at.metric} == {"Matmul GFLOP per step": "0.000328", "MFU": "n/a"}
+    # The device is known by name, as the text report names it; only its peak is not ('unknown' said otherwise).
+    assert "**Device:** AMD Radeon Graphics (no known peak)" in [m.value for m in at.markdown]
 
 
 # ------------------------------------------------------------------- the Compare page: sources, the flag, the digits
