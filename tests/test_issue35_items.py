@@ -289,3 +289,24 @@ def test_the_compare_page_names_each_rows_source_and_flags_the_disagreeing_pair(
     assert [w.value for w in at.warning] == [
         "the profiled step time (1.22x) implies 0.818x the throughput, but the un-profiled steps of run.json measured "
         "1.18x: the two disagree in direction (profiler overhead, or a different load on the machine between the runs)"]
+
+
+# ------------------------------------------------------------------- MFU in the viewer's per-rank tables
+
+def test_the_viewers_rank_tables_write_mfu_as_the_text_report_does(page):
+    """CPU ranks (gpt-gloo-2rank): n/a, no device peak. The viewer's one placeholder for every other empty cell is
+    'unknown', so a column that holds an n/a is text."""
+    for name in ("overview", "ranks"):
+        table = next(d.value for d in page("gpt-gloo-2rank", name).dataframe if "mfu_pct" in d.value.columns)
+        assert table["mfu_pct"].tolist() == ["n/a", "n/a"], name
+
+
+@needs_shared
+def test_the_viewers_rank_tables_write_unknown_mfu_where_the_peak_is_known(page):
+    """nccl_a100_2rank: an A100 (peak known) without record_shapes (FLOPs unknown): MFU unknown, as on the
+    Operators page's card and in the HTML report, not n/a. Streamlit draws the empty cell with the table's
+    placeholder, 'unknown'."""
+    for name in ("overview", "ranks"):
+        at = page("nccl_a100_2rank", name)
+        shown = next(d for d in at.dataframe if "mfu_pct" in d.value.columns)
+        assert shown.value["mfu_pct"].isna().tolist() == [True] and shown.proto.placeholder == "unknown", name

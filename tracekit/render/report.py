@@ -20,7 +20,7 @@ import pandas as pd
 from tracekit import quality
 from tracekit.render import charts, charts_ops, charts_pipeline, charts_roofline
 from tracekit.summary.facts import RunFacts, one_or_all
-from tracekit.fmt import by_column, display_units, mfu, ms, pct, rate
+from tracekit.fmt import by_column, display_units, mfu, ms, pct, peaks_of, rate
 from tracekit.summary.text import checked
 
 
@@ -114,10 +114,9 @@ def _pipeline(summary) -> list[str]:
 def _mfu_written(ranks: pd.DataFrame, data_quality: pd.DataFrame) -> pd.DataFrame:
     """The ranks table with MFU written as the text report and the viewer write it (``tracekit.fmt.mfu``): ``n/a``
     on a device with no known peak (a CPU among them), ``unknown`` where the peak is known and the FLOPs are not."""
-    if "mfu_pct" not in ranks or "device_peaks" not in data_quality:
+    if "mfu_pct" not in ranks:
         return ranks
-    peaks = data_quality.drop_duplicates("rank").set_index("rank")["device_peaks"].reindex(ranks["rank"]).fillna("")
-    return ranks.assign(mfu_pct=[mfu(v, p) for v, p in zip(ranks["mfu_pct"], peaks)])
+    return ranks.assign(mfu_pct=[mfu(v, p) for v, p in zip(ranks["mfu_pct"], peaks_of(ranks, data_quality))])
 
 
 def _noted_table(frame: pd.DataFrame, top: int, caption: str) -> str:
