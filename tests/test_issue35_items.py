@@ -1,7 +1,8 @@
 """Issue 35's checklist, items that had no test of their own: the viewer on one rank of a two-rank GPU run
-(``nccl_a100_2rank`` from the shared traces) under Streamlit's AppTest, MFU written ``n/a`` on a CPU in the HTML
-report and the viewer, the FSDP page's captions, the roofline's log ticks by hand, ``tracekit view``'s own output,
-``cache info``'s limit, and the newcomer's CLI lines (an empty compressed file, a folder of runs)."""
+(``nccl_a100_2rank`` from the shared traces) and on the samples under Streamlit's AppTest (no slowest rank, the
+wait/transfer message, the device's name, the roofline message, the step slider, host threads, the FSDP captions,
+the Compare page's sources and flag, MFU n/a or unknown); the HTML report's MFU; "compute" and host_kind by hand; the
+roofline's log ticks; ``tracekit view``'s own output, ``cache info``'s limit, and the newcomer's CLI lines."""
 
 from __future__ import annotations
 
