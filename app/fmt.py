@@ -61,6 +61,15 @@ def not_applicable(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def ranks_na(ranks: pd.DataFrame, data_quality: pd.DataFrame) -> pd.DataFrame:
+    """``not_applicable`` of a ranks table, with MFU as ``tracekit.fmt.mfu`` writes it: ``n/a`` where the rank's device
+    has no known peak (a CPU among them), ``unknown`` where the peak is known and the FLOPs are not."""
+    na = not_applicable(ranks)
+    if "mfu_pct" in ranks:
+        na["mfu_pct"] = [not p or p.startswith(UNKNOWN) for p in _fmt.peaks_of(ranks, data_quality)]
+    return na
+
+
 def comparison_na(table: pd.DataFrame) -> pd.DataFrame:
     """The ``n/a`` cells of a ``tracekit.compare`` table, as ``tracekit compare`` writes it: the median bandwidth of
     an op a run never calls, and every empty ratio (a ratio of nothing)."""

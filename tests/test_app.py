@@ -108,14 +108,15 @@ def test_every_page_shows_the_summary(app, root, run):
         assert shown.get(f"Samples/s ({kind})") == (None if math.isnan(value) else fmt.rate(value))
     assert len(at.error) + len(at.warning) + len(at.info) >= len(summary.findings)
     per_rank = next(d.value for d in at.dataframe if "span_ms" in d.value.columns)  # beside quality and skipped
-    same_table(per_rank, fmt.display_units(summary.ranks))  # ms and MB, as the CLI and the HTML report
+    ranks_na = fmt.ranks_na(fmt.display_units(summary.ranks), summary.data_quality)  # MFU n/a without a known peak
+    same_table(per_rank, fmt.display_units(summary.ranks), ranks_na)  # ms and MB, as the CLI and the HTML report
 
     at.switch_page("views/ranks.py").run()
     no_exception(at)
     breakdown = figures(at)[0]
     per_rank = pd.DataFrame({t["name"]: numbers(t["y"]) for t in breakdown["data"]}).sum(axis=1)
     assert per_rank.tolist() == pytest.approx((r["span_us"] / 1e3).tolist())
-    same_table(frame(at, -1), fmt.display_units(summary.ranks))
+    same_table(frame(at, -1), fmt.display_units(summary.ranks), ranks_na)
 
     at.switch_page("views/communication.py").run()
     no_exception(at)

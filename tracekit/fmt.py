@@ -110,6 +110,19 @@ def mfu(value, device_peaks: str | None) -> str:
     return num(value, 1)
 
 
+def peaks_of(ranks: pd.DataFrame, data_quality: pd.DataFrame) -> list:
+    """Each row's ``device_peaks`` entry from the data quality ('' where it has none: no known peak), the second
+    argument of ``mfu``.
+
+    >>> peaks_of(pd.DataFrame({"rank": [1, 0]}), pd.DataFrame({"rank": [0], "device_peaks": ["NVIDIA H100"]}))
+    ['', 'NVIDIA H100']
+    """
+    if "device_peaks" not in data_quality or "rank" not in ranks:
+        return [""] * len(ranks)
+    by_rank = data_quality.drop_duplicates("rank").set_index("rank")["device_peaks"]
+    return by_rank.reindex(ranks["rank"]).fillna("").astype(str).tolist()
+
+
 def _one_decimal(value) -> str:
     return num(value, 1)
 

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+import tracekit
 from app import fmt, loader, paths, state
 from app.pairing import second_run
 from tracekit.render import charts
@@ -51,4 +52,6 @@ for name, run_summary in (("a", ctx.summary), ("b", b)):
 # The numbers stay numbers (the table is tracekit.compare's, as it is); its empty cells read n/a where each is a ratio
 # of nothing or the bandwidth of an op a run never calls, as `tracekit compare` writes them, else unknown.
 fmt.table(table, na=fmt.comparison_na(table), numbers=True, key="compare_table")
+for note in tracekit.compare(ctx.summary, b).notes:  # the two sources of a pair disagree in direction
+    st.warning(note)
 st.plotly_chart(charts.compare_bars(table, "a", "b"), key="compare_chart")

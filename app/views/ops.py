@@ -26,7 +26,9 @@ def rank_value(column: str) -> float:
 
 flops, mfu = rank_value("matmul_flops_per_step"), rank_value("mfu_pct")
 # The device's name in full on a line of its own: a metric card cuts a long name ("NVIDIA A100 SX...").
-st.markdown(f"**Device:** {peaks.name if peaks is not None else 'unknown' if device else 'CPU only'}",
+named = (peaks.name if peaks is not None else "CPU only" if not device  # a device outside the datasheet: its name
+         else f"{row['device'].iloc[0]} (no known peak)" if len(row) else "unknown")
+st.markdown(f"**Device:** {named}",
             help="the datasheet entry (tracekit.devices) the device matched" if peaks is not None else why)
 cards = st.columns(2)
 cards[0].metric("Matmul GFLOP per step", fmt_num.gflop(flops), border=True,

@@ -40,7 +40,7 @@ state.show_findings(s.findings)
 
 st.subheader("Per rank")
 ranks = fmt.display_units(s.ranks)
-fmt.table(ranks, key="overview_ranks")
+fmt.table(ranks, na=fmt.ranks_na(ranks, s.data_quality), key="overview_ranks")
 if s.run.skipped:
     with st.expander(f"{len(s.run.skipped)} file(s) skipped"):
         fmt.table([{"path": f.path, "reason": f.reason} for f in s.run.skipped], key="overview_skipped")

@@ -25,4 +25,4 @@ if len(s.imbalance):
 st.subheader("Per rank")
 st.caption("Times in ms, sizes in MB, as everywhere in tracekit's output.")
 ranks = fmt.display_units(s.ranks)
-fmt.table(ranks, key="ranks_table")
+fmt.table(ranks, na=fmt.ranks_na(ranks, s.data_quality), key="ranks_table")

@@ -20,7 +20,7 @@ import pandas as pd
 from tracekit import quality
 from tracekit.render import charts, charts_ops, charts_pipeline, charts_roofline
 from tracekit.summary.facts import RunFacts, one_or_all
-from tracekit.fmt import by_column, display_units, ms, pct, rate
+from tracekit.fmt import by_column, display_units, mfu, ms, pct, peaks_of, rate
 from tracekit.summary.text import checked
 
 
@@ -39,7 +39,7 @@ def html_report(summary, title: str | None = None) -> str:
     rates = {} if run.workload is None else run.workload.throughputs()
     body = [f"<h1>{_e(title)}</h1>", _facts(run), _quality(summary.data_quality, summary.mismatches), "<h2>Overview</h2>",
             _headline(head, rates, quality.step_kind(summary.data_quality)), _findings(summary.findings),
-            _table(display_units(summary.ranks), "Per rank (times in ms, sizes in MB; *_pct in percent)")]
+            _table(_mfu_written(display_units(summary.ranks), summary.data_quality), "Per rank (times in ms, sizes in MB; *_pct in percent)")]
     for section, figs in figures:
         body.append(f"<h2>{_e(section)}</h2>")
         body += [f.to_html(full_html=False, include_plotlyjs=False, default_width="100%") for f in figs]
@@ -109,6 +109,14 @@ def _pipeline(summary) -> list[str]:
             _figure(charts_pipeline.schedule_grid(summary, p2p=getattr(summary, "p2p", None))),
             _figure(charts_pipeline.stage_bars(summary)),
             _table(display_units(parts), "Per stage, mean per window step (ms; *_pct in percent)")]
+
+
+def _mfu_written(ranks: pd.DataFrame, data_quality: pd.DataFrame) -> pd.DataFrame:
+    """The ranks table with MFU written as the text report and the viewer write it (``tracekit.fmt.mfu``): ``n/a``
+    on a device with no known peak (a CPU among them), ``unknown`` where the peak is known and the FLOPs are not."""
+    if "mfu_pct" not in ranks:
+        return ranks
+    return ranks.assign(mfu_pct=[mfu(v, p) for v, p in zip(ranks["mfu_pct"], peaks_of(ranks, data_quality))])
 
 
 def _noted_table(frame: pd.DataFrame, top: int, caption: str) -> str:
