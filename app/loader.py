@@ -57,9 +57,9 @@ def thread_names(file: str, key: tuple) -> dict[str, str]:
 
 
 @st.cache_resource(max_entries=8, show_spinner="Comparing…")
-def comparison(folder_a: str, key_a: tuple, folder_b: str, key_b: tuple) -> pd.DataFrame:
-    """``tracekit.compare`` of two runs: metric, unit, a, b, ratio (b / a)."""
-    return tracekit.compare(summary(folder_a, key_a), summary(folder_b, key_b)).table
+def comparison(folder_a: str, key_a: tuple, folder_b: str, key_b: tuple):
+    """``tracekit.compare`` of two runs: its ``table`` (metric, unit, a, b, ratio b / a) and its ``notes``."""
+    return tracekit.compare(summary(folder_a, key_a), summary(folder_b, key_b))
 
 
 @st.cache_resource(max_entries=256, show_spinner=False)

@@ -2,7 +2,6 @@
 
 import streamlit as st
 
-import tracekit
 from app import fmt, loader, paths, state
 from app.pairing import second_run
 from tracekit.render import charts
@@ -34,7 +33,7 @@ try:
     folder_b = paths.resolve_run(other, ctx.roots)
     key_b = paths.fingerprint(folder_b)
     b = loader.summary(str(folder_b), key_b)
-    table = loader.comparison(str(ctx.folder), ctx.key, str(folder_b), key_b)
+    result = loader.comparison(str(ctx.folder), ctx.key, str(folder_b), key_b)
 except paths.PathRefused as err:
     st.error(f"Refused: {err}")
     st.stop()
@@ -51,7 +50,8 @@ for name, run_summary in (("a", ctx.summary), ("b", b)):
     cols[3].metric(f"{name}: idle", fmt.pct(head["idle_pct"]))
 # The numbers stay numbers (the table is tracekit.compare's, as it is); its empty cells read n/a where each is a ratio
 # of nothing or the bandwidth of an op a run never calls, as `tracekit compare` writes them, else unknown.
+table = result.table
 fmt.table(table, na=fmt.comparison_na(table), numbers=True, key="compare_table")
-for note in tracekit.compare(ctx.summary, b).notes:  # the two sources of a pair disagree in direction
+for note in result.notes:  # the two sources of a pair disagree in direction
     st.warning(note)
 st.plotly_chart(charts.compare_bars(table, "a", "b"), key="compare_chart")
