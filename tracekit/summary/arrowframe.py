@@ -57,8 +57,10 @@ def from_arrow(table: pa.Table | pa.RecordBatch) -> pd.DataFrame:
     memory map that goes away once the table is dropped)."""
     recipe = json.loads(table.schema.metadata[RECIPE])
     start, stop, step = recipe["index"]
+    index = pd.RangeIndex(start, stop, step)
     values = {i: _decoded(table.column(i), spec) for i, spec in enumerate(recipe["columns"])}
-    frame = pd.DataFrame(values, index=pd.RangeIndex(start, stop, step), copy=False)
+    values = {i: v.set_axis(index) if isinstance(v, pd.Series) else v for i, v in values.items()}
+    frame = pd.DataFrame(values, index=index, copy=False)
     frame.columns = pd.Index(table.schema.names, dtype=_dtype(recipe["labels"]))
     return frame
 
@@ -124,4 +126,7 @@ def _plain(array: pa.Array, spec: dict):
     if spec["kind"] == "numpy":
         return np.array(array.to_numpy(zero_copy_only=False), dtype=spec["dtype"], copy=True)
     objects = array.to_numpy(zero_copy_only=False)  # str objects, None for nulls: new Python objects
-    return objects if spec["kind"] == "object" else pd.array(objects, dtype=_dtype(spec))
+    # An object column stays one: a bare array of str would be read as pandas strings.
+    if spec["kind"] == "object":
+        return pd.Series(objects, dtype=object, copy=False)
+    return pd.array(objects, dtype=_dtype(spec))

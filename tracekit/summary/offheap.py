@@ -54,6 +54,11 @@ class MappedTable:
         self._frame: pd.DataFrame | None = None
         self._lock = threading.Lock()
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the table has been read from its file."""
+        return self._frame is not None
+
     def frame(self) -> pd.DataFrame:
         """The table (the same object on every call; the Summary hands out copies of it)."""
         with self._lock:
