@@ -36,8 +36,9 @@ def whatif(folder: str, key: tuple) -> pd.DataFrame:
 
 
 def _options(key: tuple) -> dict:
-    """No on-disk cache (the viewer reads and writes nothing outside its root folders; this module caches in
-    memory), and no worker processes for a small run, whose reading takes less time than starting them."""
+    """No on-disk cache (the viewer reads and writes nothing outside its root folders but a held Summary's event
+    tables, kept in a temporary folder removed with it; this module caches in memory), and no worker processes for
+    a small run, whose reading takes less time than starting them."""
     small = sum(is_trace_name(entry[0]) for entry in key) <= SMALL_RUN
     return {"cache": False, "workers": 1 if small else None}
 

@@ -80,9 +80,11 @@ def test_cache_info_and_clear(tmp_path, capsys):
     assert main(["cache", "info", "--cache-dir", str(folder)]) == 0
     text = capsys.readouterr().out
     assert f"cache folder: {folder}\nentries: 2\nsize: {held.bytes / 1e6:,.1f} MB" in text
+    assert "\nrun-table folders: 1 " in text  # the run's event tables (tracekit.summary.offheap)
     assert main(["cache", "clear", "--cache-dir", str(folder)]) == 0
-    assert capsys.readouterr().out == f"removed 2 entries ({held.bytes / 1e6:,.1f} MB) from {folder}\n"
-    assert cache.info(folder).entries == 0 and folder.is_dir()
+    assert capsys.readouterr().out == (f"removed 2 entries and 1 run-table folders ({held.bytes / 1e6:,.1f} MB) "
+                                       f"from {folder}\n")
+    assert cache.info(folder) == cache.CacheInfo(folder, 0, 0, 0) and folder.is_dir()
 
 
 def test_the_findings_section_is_there_when_nothing_is_found(tmp_path):

@@ -28,20 +28,22 @@ from tracekit.predict import predicted, scenarios as predict
 from tracekit.render.compare import Comparison
 from tracekit.render.compare import compare as compare_summaries
 from tracekit.events.config import Config
-from tracekit.rank.engine import EngineOptions, map_ranks
+from tracekit.rank.engine import EngineOptions, map_ranks, run_key
 from tracekit.errors import NoTracesError, TraceReadError
 from tracekit.summary.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
 from tracekit.rank.analyze import RankResult
 from tracekit.read.files import check_unique_ranks, find_trace_files, is_url, rank_in_file_name
 from tracekit import quality
 from tracekit.schema import DATA_QUALITY_COLUMNS
+from tracekit.summary import offheap
 from tracekit.summary.model import Summary
 
 
 def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern: str | None = None,
               workers: int | None = None,
               engine: str = "local", client: object | None = None, cache: bool = True, cache_dir: str | Path | None = None,
-              progress: Callable[[int, int], None] | None = None, strict: bool = False) -> Summary:
+              progress: Callable[[int, int], None] | None = None, strict: bool = False,
+              _tables_in_memory: bool = False) -> Summary:
     """Summarize one run: a folder of per-rank traces (``*.json``/``*.json.gz``) or one trace file.
 
     Args:
@@ -63,7 +65,10 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
         a ``reading(files, total_bytes)`` method is called first, with the files' size on disk (None for URLs).
       strict: raise the named error (``tracekit.TraceReadError`` and subclasses) of the first file in the folder
         that would be skipped, instead of skipping it.
-    The result is the same whatever the engine, the workers and the cache.
+    The result is the same whatever the engine, the workers and the cache. The tables that grow with the trace
+    (``Summary`` and ``tracekit.summary.offheap``) are kept in Arrow files, under ``cache_dir`` (``tables/``), or
+    with ``cache=False`` in a temporary folder removed with the Summary, and read on first access.
+    (``_tables_in_memory``: keep them as DataFrames instead; the tests' reference.)
 
     Example:
       >>> s = summarize("sample_traces/resnet-gloo-2rank")
@@ -104,8 +109,21 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
     if workload is not None:  # read as the run's facts: not a skipped file
         skipped = [s for s in skipped if Path(s[0]).name != "run.json"]
     summary = combine(results, skipped, config, source=str(trace_dir), workload_run=workload, stage=stage)
+    if not _tables_in_memory:
+        summary = _off_heap(summary, files, config, default_rank, options)
     if stage is not None:
         stage("done")
+    return summary
+
+
+def _off_heap(summary: Summary, files, config: Config, default_rank: int | None, options: EngineOptions) -> Summary:
+    """The Summary with its event tables in the cache (keyed on the run's files and options; then trimmed to the
+    cache's cap), or with no cache or no key (files this process cannot identify) in a temporary folder."""
+    key = run_key(files, config, default_rank, Summary) if options.cache_dir is not None else None
+    if key is None:
+        return offheap.kept(summary)
+    summary = offheap.kept(summary, tracekit_cache.tables_entry(Path(options.cache_dir), key))
+    tracekit_cache.trim(Path(options.cache_dir), options.cache_max_bytes)
     return summary
 
 

@@ -155,13 +155,14 @@ def _report(args) -> int:
 
 def _add_cache(commands) -> None:
     cmd = commands.add_parser("cache", help="show or empty the per-rank result cache",
-                              description="The cache keeps each rank's result between runs, in its own folder "
+                              description="The cache keeps each rank's result between runs, and each run's event "
+                                          "tables (tables/), in its own folder "
                                           "(never beside the traces), at most "
                                           f"{tracekit_cache.DEFAULT_MAX_BYTES / 2**30:g} GiB: after each run the "
                                           "least recently used entries are removed.")
     actions = cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for name, text in (("info", "print the cache folder, its entries and their size"),
-                       ("clear", "delete every entry of the cache folder")):
+    for name, text in (("info", "print the cache folder, its entries, its runs' event tables and their size"),
+                       ("clear", "delete every entry and run's event tables of the cache folder")):
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         action.add_argument("--cache-dir", metavar="DIR", default=None,
                             help="the cache folder (default: $TRACEKIT_CACHE_DIR, else $XDG_CACHE_HOME/tracekit, else ~/.cache/tracekit)")
@@ -172,13 +173,15 @@ def _cache_info(args) -> int:
     found = tracekit_cache.info(args.cache_dir)
     print(f"cache folder: {found.folder}\nentries: {found.entries}\nsize: {found.bytes / 1e6:,.1f} MB of at most "
           f"{tracekit_cache.DEFAULT_MAX_BYTES / 2**30:g} GiB ({tracekit_cache.DEFAULT_MAX_BYTES / 1e6:,.0f} MB; least "
-          "recently used entries go first)")
+          f"recently used entries go first)\nrun-table folders: {found.run_tables} (runs' event tables; counted in the "
+          "size)")
     return 0
 
 
 def _cache_clear(args) -> int:
     removed = tracekit_cache.clear(args.cache_dir)
-    print(f"removed {removed.entries} entries ({removed.bytes / 1e6:,.1f} MB) from {removed.folder}")
+    print(f"removed {removed.entries} entries and {removed.run_tables} run-table folders "
+          f"({removed.bytes / 1e6:,.1f} MB) from {removed.folder}")
     return 0
 
 

@@ -9,6 +9,10 @@ An entry is a folder: one Parquet file per table and one msgpack file for everyt
 folder and renamed into place, so a reader never sees half an entry. Reading an entry marks it used; ``trim``
 removes the least recently used entries until the folder is under its cap (``DEFAULT_MAX_BYTES`` unless told).
 
+A run's Summary keeps its event tables here too (``tracekit.summary.offheap``): one folder per run,
+``tables/<key>``, of Arrow IPC files (``<table>.arrow``), keyed like an entry on what decides the run's result
+(``tracekit.rank.engine.run_key``). ``info`` counts them, and ``trim`` and ``clear`` remove them, as entries.
+
 The store lives in its own folder (``resolve_dir``: ``--cache-dir``, else ``$TRACEKIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``), never in the trace folder. It is an optimisation: an entry
 that cannot be written is skipped with a warning, and one that cannot be read is a miss.
@@ -40,12 +44,14 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["DEFAULT_CACHE_DIR", "CACHE_DIR_VARIABLE", "DEFAULT_MAX_BYTES", "Store", "CacheInfo", "key", "shape",
-           "resolve_dir", "info", "clear"]
+           "resolve_dir", "info", "clear", "trim", "tables_entry", "TABLES_FOLDER"]
 
 DEFAULT_CACHE_DIR = Path("~/.cache/tracekit")  # the last resort of resolve_dir: no variable says otherwise
 CACHE_DIR_VARIABLE = "TRACEKIT_CACHE_DIR"
 DEFAULT_MAX_BYTES = 4 * 1024**3  # 4 GiB: a few hundred large ranks' results
 _FORMAT = 2  # bump when the layout of an entry changes
+TABLES_FOLDER = "tables"  # the runs' event tables: <cache>/tables/<key>/<table>.arrow
+_TABLE_SUFFIX = ".arrow"
 _ERRORS_WRITING = (OSError, NotImplementedError, msgspec.EncodeError, ValueError, TypeError)
 _ERRORS_READING = (OSError, ValueError, TypeError, KeyError, msgspec.DecodeError)
 
@@ -135,46 +141,62 @@ class Store:
 
     def trim(self) -> int:
         """Remove the least recently used entries until the folder holds at most ``max_bytes``; the bytes removed."""
-        entries = sorted(_entries(self.folder), key=lambda e: e[1])  # oldest use first
-        total = sum(size for _, _, size in entries)
-        removed = 0
-        for path, _, size in entries:
-            if total - removed <= self.max_bytes:
-                break
-            shutil.rmtree(path, ignore_errors=True)
-            removed += size
-        return removed
+        return trim(self.folder, self.max_bytes)
+
+
+def tables_entry(folder: Path, key: str) -> Path:
+    """The folder of a run's event tables under ``key`` (it may not exist): ``<folder>/tables/<key>``."""
+    return folder / TABLES_FOLDER / key
+
+
+def trim(folder: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
+    """Remove the least recently used entries and runs' tables until ``folder`` holds at most ``max_bytes``; the
+    bytes removed."""
+    entries = sorted([*_entries(folder), *_run_tables(folder)], key=lambda e: e[1])  # oldest use first
+    total = sum(size for _, _, size in entries)
+    removed = 0
+    for path, _, size in entries:
+        if total - removed <= max_bytes:
+            break
+        shutil.rmtree(path, ignore_errors=True)
+        removed += size
+    return removed
 
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """What a cache folder holds: its entries and their bytes on disk."""
+    """What a cache folder holds: its per-rank entries, its runs' event tables (``run_tables``: folders
+    ``tables/<key>``) and the bytes on disk of both."""
 
     folder: Path
     entries: int
     bytes: int
+    run_tables: int = 0
 
 
 def info(cache_dir: str | Path | None = None) -> CacheInfo:
-    """The entries and bytes of a cache folder (``resolve_dir``'s by default); zero when it does not exist."""
+    """The entries, runs' tables and bytes of a cache folder (``resolve_dir``'s by default); zero when it does not
+    exist."""
     folder = resolve_dir(cache_dir)
-    found = list(_entries(folder))
-    return CacheInfo(folder=folder, entries=len(found), bytes=sum(size for _, _, size in found))
+    found, tables = list(_entries(folder)), list(_run_tables(folder))
+    return CacheInfo(folder=folder, entries=len(found), bytes=sum(size for _, _, size in found + tables),
+                     run_tables=len(tables))
 
 
 def clear(cache_dir: str | Path | None = None) -> CacheInfo:
-    """Delete every entry of the cache folder (the folder itself stays); what was removed.
+    """Delete every entry and run's tables of the cache folder (the folder itself stays); what was removed.
 
-    Only what this cache wrote goes: entry folders ``xx/<key>`` holding ``fields.msgpack``, then shard folders left
-    empty. Anything else in the folder (a mistyped ``--cache-dir`` pointing at a user's files) is left untouched."""
+    Only what this cache wrote goes: entry folders ``xx/<key>`` holding ``fields.msgpack`` and tables folders
+    ``tables/<key>`` holding ``.arrow`` files, then the folders above them left empty. Anything else in the folder
+    (a mistyped ``--cache-dir`` pointing at a user's files) is left untouched."""
     before = info(cache_dir)
-    shards = set()
-    for path, _, _ in _entries(before.folder):
+    parents = set()
+    for path, _, _ in [*_entries(before.folder), *_run_tables(before.folder)]:
         shutil.rmtree(path, ignore_errors=True)
-        shards.add(path.parent)
-    for shard in shards:
+        parents.add(path.parent)
+    for parent in parents:
         try:
-            shard.rmdir()  # only when empty
+            parent.rmdir()  # only when empty
         except OSError:
             pass
     return before
@@ -201,6 +223,29 @@ def _entries(folder: Path):
                 yield Path(entry.path), entry.stat().st_mtime_ns, size
             except OSError:  # removed meanwhile by another process
                 continue
+
+
+def _run_tables(folder: Path):
+    """(path, last use ns, bytes) of each run's tables: folders ``folder/tables/<key>`` holding ``.arrow`` files;
+    half-written ones (hidden, ``.<key>.*``) skipped."""
+    tables = folder / TABLES_FOLDER
+    if not tables.is_dir():
+        return
+    for entry in os.scandir(tables):
+        if not _is_key(entry.name) or not entry.is_dir():
+            continue
+        try:
+            files = [f for f in os.scandir(entry.path) if f.is_file()]
+            if not any(f.name.endswith(_TABLE_SUFFIX) for f in files):
+                continue
+            yield Path(entry.path), entry.stat().st_mtime_ns, sum(f.stat().st_size for f in files)
+        except OSError:  # removed meanwhile by another process
+            continue
+
+
+def _is_key(name: str) -> bool:
+    """A name ``key`` makes: 32 lowercase hex digits."""
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
 
 
 # --- (de)serialisation of a frozen dataclass: DataFrames as Parquet, the rest as msgpack --------------------------

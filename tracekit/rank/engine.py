@@ -29,7 +29,7 @@ from tracekit.read.files import is_url
 from tracekit.read.parallel import context as fork_context
 from tracekit.rank.analyze import RankResult, analyze_rank
 
-__all__ = ["EngineOptions", "map_ranks", "rank_key", "file_identity", "default_workers", "ENGINES"]
+__all__ = ["EngineOptions", "map_ranks", "rank_key", "run_key", "file_identity", "default_workers", "ENGINES"]
 
 ENGINES = ("local", "dask")
 Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
@@ -106,6 +106,16 @@ def file_identity(path: str | Path) -> tuple:
 def rank_key(path: str | Path, config: Config, default_rank: int | None) -> str:
     """The store key of a file's ``RankResult`` under ``config``: a changed file, option or result type misses."""
     return cache.key("rank", file_identity(path), config, default_rank, cache.shape(RankResult))
+
+
+def run_key(files: Sequence[str | Path], config: Config, default_rank: int | None, result_type: type) -> str | None:
+    """The store key of a run's own tables (``cache.tables_entry``): every file's identity in order, the options and
+    the result's shape, so a changed, added or removed file misses. None where a file cannot be identified here."""
+    try:
+        identities = [file_identity(f) for f in files]
+    except OSError:
+        return None
+    return cache.key("run-tables", identities, config, default_rank, cache.shape(result_type))
 
 
 def _rank_task(path: str | Path, config: Config, default_rank: int | None, store: cache.Store | None = None,

@@ -15,6 +15,7 @@ from tracekit.run import pipeschema
 from tracekit.run.commdims import COMM_BY_DIM_COLUMNS
 from tracekit.run.p2p import P2P_COLUMNS
 from tracekit.summary.facts import RunFacts
+from tracekit.summary.offheap import MappedTable
 
 
 def _table(columns):
@@ -63,6 +64,14 @@ class Summary:
     every read of a table field returns a fresh shallow copy, so under pandas' Copy-on-Write an in-place change
     (``s.ranks.loc[0, "span_us"] = 1``, ``s.ranks["x"] = 0``) changes only that copy, never what the Summary, its
     report or a later ``s.ranks`` show. ``repr(s)`` is a short overview, ``print(s)`` the full report.
+
+    ``tracekit.summarize`` keeps the tables that grow with the trace (``EVENT_TABLES``) off the Python heap
+    (``tracekit.summary.offheap``): each is an Arrow IPC file under the cache folder (``<cache_dir>/tables/<key>/``),
+    or with ``cache=False`` in a temporary folder removed with the Summary, memory-mapped when the Summary is made
+    and read into its DataFrame the first time it is read; a read is the same DataFrame either way. The mapping
+    holds the data, so a Summary keeps working after ``tracekit cache clear`` (or a trim) removes its folder (on
+    Linux and other POSIX systems). A Summary made from DataFrames (``Summary(ranks=..., ...)``) holds them in
+    memory. Pickling (and ``copy``) carries every table's data, so a pickle needs no folder.
     """
 
     ranks: pd.DataFrame
@@ -103,9 +112,16 @@ class Summary:
     def __getattribute__(self, name: str):
         # Every read of a table is a fresh shallow copy (no data copied): a change made through it stays in it.
         value = object.__getattribute__(self, name)
-        if name in _FRAMES and isinstance(value, pd.DataFrame):
-            return _detached(value)
+        if name in _FRAMES:
+            if isinstance(value, MappedTable):
+                value = value.frame()  # read from its file the first time
+            if isinstance(value, pd.DataFrame):
+                return _detached(value)
         return value
+
+    def __reduce__(self):
+        # The pickle holds the tables themselves, not the files an off-heap table is mapped from.
+        return _unpickled, ({f.name: getattr(self, f.name) for f in fields(self)},)
 
     def clock_shift_ns(self, rank: int) -> int:
         """Nanoseconds subtracted from this rank's trace times to put them on the run's clock (0 unless corrected).
@@ -175,6 +191,10 @@ class Summary:
         from tracekit.summary.overview import overview_html
 
         return overview_html(self)
+
+
+def _unpickled(values: dict[str, Any]) -> Summary:
+    return Summary(**values)
 
 
 # The table fields: each read returns a shallow copy (Summary.__getattribute__).
