@@ -89,8 +89,8 @@ RUNS = ["tiny", *sample_run_names()]
 
 
 @pytest.mark.parametrize("run", RUNS)
-def test_every_page_shows_the_summary(app, root, run):
-    summary = tracekit.summarize(root / run)
+def test_every_page_shows_the_summary(app, root, run, summaries):
+    summary = summaries(root / run)
     at = app(run=f"runs/{run}")
     no_exception(at)
     assert at.title[0].value == "Overview"
@@ -143,7 +143,7 @@ def test_every_page_shows_the_summary(app, root, run):
     at.switch_page("views/compare.py").run()
     no_exception(at)
     other = at.selectbox(key="compare_b").value
-    table = tracekit.compare(summary, tracekit.summarize(root / other.split("/", 1)[1])).table
+    table = tracekit.compare(summary, summaries(root / other.split("/", 1)[1])).table
     same_table(frame(at, 0), table, fmt.comparison_na(table), numbers=True)
     assert at.dataframe[0].proto.placeholder == fmt.placeholder(table, fmt.comparison_na(table))
     assert at.query_params["b"] == other
@@ -192,8 +192,8 @@ def check_ops_and_memory_pages(at: AppTest, summary, rank: int) -> None:
 
 
 @pytest.mark.parametrize("run", RUNS)
-def test_the_ops_and_memory_pages_on_each_run(app, root, run):
-    summary = tracekit.summarize(root / run)
+def test_the_ops_and_memory_pages_on_each_run(app, root, run, summaries):
+    summary = summaries(root / run)
     at = app(run=f"runs/{run}", rank=1)
     no_exception(at)
     check_ops_and_memory_pages(at, summary, 1)
@@ -229,8 +229,8 @@ def test_the_url_holds_run_page_and_rank(app):
     assert at.query_params["run"] == "runs/tiny"
 
 
-def test_a_timeline_link_opens_the_step_of_the_gap(app, root):
-    summary = tracekit.summarize(root / "tiny")
+def test_a_timeline_link_opens_the_step_of_the_gap(app, root, summaries):
+    summary = summaries(root / "tiny")
     gap = summary.gaps[summary.gaps["rank"] == 1].nlargest(1, "dur_us").iloc[0]
     at = app(run="runs/tiny", page="timeline", rank=1, at=gap["start_us"])
     no_exception(at)

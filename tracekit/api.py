@@ -14,15 +14,12 @@ import pandas as pd
 
 from tracekit import stageclock
 from tracekit.rank import cache as tracekit_cache
-from tracekit.run import clocks
-from tracekit.run import commdims, crossrank, pgjoin
+from tracekit.run import clocks, commdims, crossrank, pgjoin, whatruns
 from tracekit.run import pipeline as run_pipeline
-from tracekit.run import whatruns
 from tracekit.run.ranktable import rank_table
 from tracekit.findings import capture
 from tracekit.findings.collect import run_findings
-from tracekit.findings import order, pipeline_findings
-from tracekit.findings import roofline_findings, tp_findings
+from tracekit.findings import order, pipeline_findings, roofline_findings, tp_findings
 from tracekit.predict import replay
 from tracekit.predict import predicted, scenarios as predict
 from tracekit.render.compare import Comparison

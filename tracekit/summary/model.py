@@ -15,7 +15,7 @@ from tracekit.run import pipeschema
 from tracekit.run.commdims import COMM_BY_DIM_COLUMNS
 from tracekit.run.p2p import P2P_COLUMNS
 from tracekit.summary.facts import RunFacts
-from tracekit.summary.offheap import MappedTable
+from tracekit.summary.mapped import MappedTable
 
 
 def _table(columns):

@@ -27,7 +27,6 @@ import dataclasses
 import os
 import shutil
 import tempfile
-import threading
 import warnings
 import weakref
 from pathlib import Path
@@ -36,6 +35,8 @@ import pandas as pd
 import pyarrow as pa
 
 from tracekit.summary import arrowframe
+from tracekit.summary.mapped import MappedTable
+from tracekit.summary.model import EVENT_TABLES
 
 __all__ = ["MappedTable", "kept", "folder_of", "SUFFIX"]
 
@@ -43,37 +44,10 @@ SUFFIX = ".arrow"
 _PROBLEMS = (OSError, pa.ArrowException)
 
 
-class MappedTable:
-    """One event table in an Arrow IPC file: mapped when made (no file kept open), read into a DataFrame on first
-    use and held from then on (the mapping is then let go)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        with pa.memory_map(str(path), "r") as source:  # closing the file keeps the mapping the table refers to
-            self._arrow = pa.ipc.open_file(source).read_all()
-        self._frame: pd.DataFrame | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the table has been read from its file."""
-        return self._frame is not None
-
-    def frame(self) -> pd.DataFrame:
-        """The table (the same object on every call; the Summary hands out copies of it)."""
-        with self._lock:
-            if self._frame is None:
-                self._frame = arrowframe.from_arrow(self._arrow)
-                self._arrow = None
-            return self._frame
-
-
 def kept(summary, entry: Path | None = None):
     """``summary`` with its event tables written under ``entry`` (a cache entry folder, used as it is when it
     already exists) or, for None, a temporary folder removed with the returned Summary; each mapped and loaded on
     first read. Where that fails, ``summary`` itself, tables in memory, with a warning naming the folder."""
-    from tracekit.summary.model import EVENT_TABLES
-
     frames = {name: getattr(summary, name) for name in EVENT_TABLES}
     where = "a temporary folder" if entry is None else str(entry)
     try:
@@ -90,8 +64,6 @@ def kept(summary, entry: Path | None = None):
 
 def folder_of(summary) -> Path | None:
     """The folder a Summary's event tables were mapped from; None when they are all in memory."""
-    from tracekit.summary.model import EVENT_TABLES
-
     for name in EVENT_TABLES:
         value = object.__getattribute__(summary, name)
         if isinstance(value, MappedTable):

@@ -1,0 +1,104 @@
+"""A cache entry on disk: a frozen dataclass as one folder, its DataFrames as Parquet, the rest as msgpack.
+
+``write_entry`` writes into a hidden temporary folder renamed into place, so a reader never sees half an entry;
+``read_entry`` and ``join`` give the dataclass back, categories and object columns (None apart from NaN) exact.
+``tracekit.rank.cache`` decides where entries go and when they are used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import typing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+__all__ = ["write_entry", "read_entry", "split", "join"]
+
+
+def _enc_hook(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise NotImplementedError(f"cannot cache a {type(value).__name__}")
+
+
+def write_entry(final: Path, tables: dict[str, pd.DataFrame], rest: dict[str, Any]) -> None:
+    if final.exists():
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        layout = {}
+        for name, frame in tables.items():
+            loose = [c for c, dtype in frame.dtypes.items() if dtype == object]
+            frame.drop(columns=loose).to_parquet(tmp / f"{name}.parquet", engine="pyarrow", compression="zstd")
+            layout[name] = {"columns": [str(c) for c in frame.columns], "categories": _categories(frame),
+                            "loose": {str(c): frame[c].tolist() for c in loose}}
+        (tmp / "fields.msgpack").write_bytes(msgspec.msgpack.encode(rest, enc_hook=_enc_hook))
+        (tmp / "tables.msgpack").write_bytes(msgspec.msgpack.encode(layout, enc_hook=_enc_hook))
+        os.rename(tmp, final)  # atomic: the entry appears whole or not at all
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if final.exists():  # another process wrote the same entry first
+            return
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_entry(entry: Path) -> tuple[dict[str, pd.DataFrame], bytes]:
+    layout = msgspec.msgpack.decode((entry / "tables.msgpack").read_bytes())
+    tables = {name: _restored(pd.read_parquet(entry / f"{name}.parquet", engine="pyarrow"), spec)
+              for name, spec in layout.items()}
+    return tables, (entry / "fields.msgpack").read_bytes()
+
+
+def _categories(frame: pd.DataFrame) -> dict:
+    """Each categorical column's categories: Parquet keeps only the values that occur."""
+    return {str(col): [list(dtype.categories), str(dtype.categories.dtype), bool(dtype.ordered)]
+            for col, dtype in frame.dtypes.items() if isinstance(dtype, pd.CategoricalDtype)}
+
+
+def _restored(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """Undo what Parquet changes: unused categories, and object columns (None and NaN kept apart, as msgpack)."""
+    dtypes = {col: pd.CategoricalDtype(pd.Index(cats, dtype=kind), ordered=ordered)
+              for col, (cats, kind, ordered) in spec["categories"].items()}
+    frame = frame.astype(dtypes) if dtypes else frame
+    if spec["loose"]:
+        loose = {col: pd.Series(_objects(values), index=frame.index, dtype=object)
+                 for col, values in spec["loose"].items()}
+        frame = frame.assign(**loose)
+    return frame[spec["columns"]] if list(frame.columns) != spec["columns"] else frame
+
+
+def _objects(values: list) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def split(obj) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    tables, rest = {}, {}
+    for f in dataclasses.fields(obj):
+        if not f.metadata.get("cached", True):  # a field of this process's run only (RankResult.stage_times)
+            continue
+        value = getattr(obj, f.name)
+        (tables if isinstance(value, pd.DataFrame) else rest)[f.name] = value
+    return tables, rest
+
+
+def join(cls: type, tables: dict[str, pd.DataFrame], rest: bytes):
+    hints = typing.get_type_hints(cls)
+    scalars = {f.name: hints[f.name] for f in dataclasses.fields(cls)
+               if f.name not in tables and f.metadata.get("cached", True)}
+    values = msgspec.msgpack.decode(rest, type=msgspec.defstruct("_Fields", list(scalars.items())))
+    return cls(**tables, **{name: getattr(values, name) for name in scalars})
