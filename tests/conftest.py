@@ -21,6 +21,7 @@ import importlib.util
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 
 try:
@@ -142,6 +143,19 @@ def _fail_requirement_skip(report, what: str) -> None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     _fail_requirement_skip(outcome.get_result(), "a test")
+    _show_failed_command(outcome.get_result(), call)
+
+
+def _show_failed_command(report, call) -> None:
+    """A test or fixture whose subprocess (a workload, the CLI) failed with ``check=True``: its captured output's
+    end goes in the report, since CalledProcessError's message holds only the command and its exit status."""
+    error = call.excinfo.value if call.excinfo is not None else None
+    if not isinstance(error, subprocess.CalledProcessError):
+        return
+    for name, stream in (("stdout", error.stdout), ("stderr", error.stderr)):
+        if stream:
+            text = stream.decode(errors="replace") if isinstance(stream, bytes) else str(stream)
+            report.sections.append((f"failed command's {name} (last 4000 characters)", text[-4000:]))
 
 
 @pytest.hookimpl(hookwrapper=True)
