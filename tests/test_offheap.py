@@ -116,6 +116,27 @@ def test_without_cache_the_temporary_folder_goes_with_the_summary(in_memory):
     assert not folder.exists()
 
 
+def test_a_process_that_ends_without_its_exit_handlers_leaves_a_folder_the_next_one_removes(tmp_path):
+    """A killed process (or one ending with os._exit, as here) cannot remove its temporary
+    folders; the next temporary Summary on the machine removes those whose process is gone."""
+    leave = ("import os, tracekit; from tracekit.summary import offheap; "
+             f"s = tracekit.summarize({str(MEMORY_RUN)!r}, workers=1, cache=False); "
+             "print(offheap.folder_of(s), flush=True); os._exit(0)")
+    left = Path(subprocess.run([sys.executable, "-c", leave], capture_output=True, text=True, check=True, cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip())
+    assert left.is_dir() and left.name.startswith("tracekit-tables-")
+    alive = Path(tempfile.gettempdir()) / f"tracekit-tables-{os.getpid()}-test"  # this process's: kept
+    alive.mkdir()
+    other = tmp_path / "tracekit-tables-1-x"  # not in the temporary folder: not looked at
+    other.mkdir()
+    try:
+        s = tracekit.summarize(MEMORY_RUN, workers=1, cache=False)
+        assert not left.exists() and alive.is_dir() and other.is_dir()
+        assert offheap.folder_of(s).name.startswith(f"tracekit-tables-{os.getpid()}-")
+    finally:
+        shutil.rmtree(alive, ignore_errors=True)
+
+
 def test_a_read_table_stays_frozen(in_memory):
     s = tracekit.summarize(MEMORY_RUN, workers=1, cache=False)
     graph, gaps = s.graph, s.gaps

@@ -10,8 +10,10 @@ Where the folder is:
   - ``entry``, a folder of the cache (``tracekit.rank.cache.tables_entry``: ``<cache_dir>/tables/<key>``, keyed on
     what decides the run's result). It is written once, into a hidden folder renamed into place; a later Summary
     of the same run maps the files already there. ``tracekit cache info`` counts it, trim and clear remove it.
-  - ``entry=None`` (no cache): a new temporary folder (``tracekit-tables-*`` in the system's temporary folder),
-    removed when the Summary is garbage collected or the interpreter exits.
+  - ``entry=None`` (no cache): a new temporary folder (``tracekit-tables-<pid>-*`` in the system's temporary
+    folder), removed when the Summary is garbage collected or the interpreter exits. A process that ends without
+    running its exit handlers (killed by a signal or a ``timeout``, ended by ``os._exit``) leaves its folders
+    behind; the next temporary folder made on the machine removes those of processes no longer running.
 Where the folder cannot be written or read (a read-only cache, a full disk), the tables stay in memory, as
 DataFrames, and a warning says so. A table ``arrowframe`` cannot keep exactly stays in memory too.
 
@@ -42,6 +44,7 @@ __all__ = ["MappedTable", "kept", "folder_of", "SUFFIX"]
 
 SUFFIX = ".arrow"
 _PROBLEMS = (OSError, pa.ArrowException)
+_PREFIX = "tracekit-tables-"  # a temporary folder: tracekit-tables-<pid of its Summary's process>-<random>
 
 
 def kept(summary, entry: Path | None = None):
@@ -78,7 +81,8 @@ def _mapped(folder: Path, frames: dict[str, pd.DataFrame]) -> dict[str, MappedTa
 
 
 def _temporary(frames: dict[str, pd.DataFrame]) -> tuple[Path, dict[str, MappedTable]]:
-    folder = Path(tempfile.mkdtemp(prefix="tracekit-tables-"))
+    _remove_orphans(Path(tempfile.gettempdir()))
+    folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
     try:
         _write(folder, frames)
         return folder, _mapped(folder, frames)
@@ -121,6 +125,29 @@ def _write(folder: Path, frames: dict[str, pd.DataFrame]) -> None:
             continue
         with pa.OSFile(str(folder / f"{name}{SUFFIX}"), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
             writer.write_batch(batch)
+
+
+def _remove_orphans(temp: Path) -> None:
+    """Remove the temporary folders of processes that are no longer running (they ended without their exit
+    handlers). A Summary still reading one would lose nothing: its files are mapped when it is made."""
+    try:
+        found = [e for e in os.scandir(temp) if e.name.startswith(_PREFIX) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for folder in found:
+        pid = folder.name[len(_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(folder.path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
 
 
 def _remove(folder: str, owner_pid: int) -> None:
