@@ -28,13 +28,16 @@ class Groups:
         _, first = np.unique(self.gid, return_index=True)
         rows = np.arange(len(keys)) if self.kept is None else np.flatnonzero(self.kept)
         self.keys = keys.iloc[rows[first]].reset_index(drop=True)
+        # The group numbers as the codes of a categorical of every group: pandas groups by its codes as they are,
+        # where an integer key is hashed again by every reduction. (All groups occur, so observed=False adds none.)
+        self._key = pd.Categorical.from_codes(self.gid, categories=pd.RangeIndex(len(self.keys)))
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def _by(self, values) -> pd.core.groupby.SeriesGroupBy:
         values = np.asarray(values) if self.kept is None else np.asarray(values)[self.kept]
-        return pd.Series(values).groupby(self.gid, sort=True)
+        return pd.Series(values).groupby(self._key, observed=False, sort=True)
 
     def sum(self, values, min_count: int = 0) -> np.ndarray:
         """Per group: the sum (NaN skipped; NaN where fewer than ``min_count`` values are known)."""

@@ -86,20 +86,13 @@ def critical_paths(graph: pd.DataFrame, model: Model, window_steps: pd.DataFrame
     start_by, end_by, end_kind = bindings(graph, model)
     host_lane = _host_lanes(graph)
     walk = _Walker(graph, model, start_by, end_by, end_kind, host_lane)
-    pieces = [walk.back(int(r.next_end_node), float(r.t), int(r.step), int(r.rank), r.next_end_phase)
-              for r in ends.itertuples()]
-    events = pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame(columns=EVENT_COLUMNS)
+    events = walk.events([(walk.pieces(int(r.next_end_node), float(r.t), r.next_end_phase), int(r.step), int(r.rank))
+                          for r in ends.itertuples()])
     if events.empty:
         return pd.DataFrame(columns=PATH_COLUMNS), pd.DataFrame(columns=EVENT_COLUMNS)
     path = (events.assign(us=events["end_us"] - events["start_us"])
             .groupby(["rank", "step", "category", "waiting", "ends_on_rank"], observed=True)["us"].sum().reset_index())
     path["category"] = pd.Categorical(path["category"], categories=list(CATEGORIES))
-    events["category"] = pd.Categorical(events["category"], categories=list(CATEGORIES))
-    # Names and kinds repeat on a large path (millions of rows, a few hundred names): kept as categories of the
-    # names and kinds on it, not a string per row.
-    names = events["name"].astype("category").cat.remove_unused_categories()
-    events["name"] = names.cat.reorder_categories(sorted(names.cat.categories))  # text order: sorts as the strings
-    events["kind"] = pd.Categorical(events["kind"], categories=sorted(set(events["kind"])))
     return path[PATH_COLUMNS].sort_values(["step", "rank", "category"], ignore_index=True), events[EVENT_COLUMNS]
 
 
@@ -112,81 +105,85 @@ def _host_lanes(graph: pd.DataFrame) -> np.ndarray:
 
 
 class _Walker:
-    """Walks back from a node's start through the binding inputs, one piece of time per step of the walk."""
+    """Walks back from a node's start through the binding inputs, one piece of time per step of the walk
+    (``_walk_kernel.walk``, compiled: a path has a piece per event it crosses, tens of thousands a step)."""
 
     def __init__(self, graph, model, start_by, end_by, end_kind, host_lane) -> None:
-        # numpy arrays indexed one element at a time: the walk touches only the path's nodes.
-        self.start, self.end, self.first, self.ps, self.pe = model.start, model.end, model.first, model.ps, model.pe
-        self.busy = model.busy
-        self.start_by, self.end_by, self.end_kind = start_by, end_by, end_kind
+        self.start, self.end, self.first = model.start, model.end, np.ascontiguousarray(model.first, dtype=np.bool_)
+        self.ps, self.pe = (np.ascontiguousarray(a, dtype=np.int64) for a in (model.ps, model.pe))
+        self.busy = np.ascontiguousarray(model.busy, dtype=np.float64)
+        self.start_by, self.end_by, self.end_kind = (np.ascontiguousarray(a, dtype=np.int64)
+                                                     for a in (start_by, end_by, end_kind))
         self.rank = graph["rank"].to_numpy()
-        self.cat_codes, self.cats = graph["cat"].cat.codes.to_numpy(), list(graph["cat"].cat.categories)
+        self.cat_codes = graph["cat"].cat.codes.to_numpy().astype(np.int64)
+        cats = list(graph["cat"].cat.categories)
+        self.own = np.array([CATEGORIES.index(_OWN[c]) if c in _OWN else -1 for c in cats], dtype=np.int64)
+        self.comm = cats.index("comm") if "comm" in cats else -2
+        # A kind code indexes this: the graph's categories, then "unlinked" (-2) and "delay" (-1) from the end.
+        self.kinds = np.array(cats + ["unlinked", "delay"], dtype=object)
         self.name = graph["name"]
-        self.in_data, self.host = graph["in_data"].to_numpy(dtype=bool), host_lane
+        self.in_data = np.ascontiguousarray(graph["in_data"].to_numpy(dtype=bool))
+        self.host = np.ascontiguousarray(host_lane, dtype=np.bool_)
 
-    def _delay_category(self, i: int, by: int) -> str:
-        if by == 1:
-            return "launch"
-        if by == 2:
-            return "other"
-        if self.in_data[i]:
-            return "data"
-        return "host" if self.host[i] else "other"
+    def pieces(self, node: int, t0: float, phase: str = "start") -> tuple[np.ndarray, ...]:
+        """The path's pieces from ``node``'s start (``phase`` "start") or end ("end") back to ``t0``, in time order:
+        (node, start ns, end ns, kind code, category code), as ``_walk_kernel.walk`` gives them."""
+        from tracekit.predict._walk_kernel import NO_CATEGORY, walk  # numba: imported on first use
 
-    def back(self, node: int, t0: float, step: int, ends_on: int, phase: str = "start") -> pd.DataFrame:
-        """The path's pieces from ``node``'s start (``phase`` "start") or end ("end") back to ``t0``."""
-        rows = []
-        ceiling = [float(self.start[node] if phase == "start" else self.end[node])]
+        *pieces, error = walk(
+            int(node), float(t0), phase == "end", self.start, self.end, self.first, self.ps, self.pe, self.busy,
+            self.start_by, self.end_by, self.end_kind, self.cat_codes, self.own, self.comm, self.in_data, self.host)
+        if error == NO_CATEGORY:
+            raise KeyError(f"no critical-path category for graph category {sorted(set(self.kinds[:-2]) - set(_OWN))}")
+        return tuple(a[::-1] for a in pieces)
 
-        def piece(i, lo, hi, kind, category):
-            # Each piece ends where the walk came from: an input inferred to end a little after the event it bound
-            # (a wait matched within its tolerance) must not count the same time twice.
-            hi = min(hi, ceiling[0])
-            lo = max(lo, t0)
-            if hi > lo:
-                rows.append((self.rank[i], lo, hi, i, kind, category))
-                ceiling[0] = lo
-
-        i = int(node)
-        for _ in range(len(self.start) * 2 + 1):
-            if phase == "end":
-                by = self.end_by[i]
-                lo = self.start[i] if by < 0 else (self.start[by] if self.end_kind[i] == 1 else self.end[by])
-                cat = self.cats[self.cat_codes[i]]
-                own = "data" if self.in_data[i] else _OWN[cat]  # ops a DataLoader runs are data loading
-                # Bound by its dr input: a sync waiting for the device, or a gloo send/recv its thread blocked in
-                # once its last op ended (``rank.drains.blocked_from``): that part is the call's transfer.
-                bound = "comm_transfer" if self.end_kind[i] == 1 or cat == "comm" else "sync"
-                piece(i, lo, self.end[i], cat, own if by < 0 else bound)
-                if by < 0:
-                    phase = "start"
-                elif self.end_kind[i] == 1:
-                    i, phase = by, "start"
-                else:
-                    i = by
-            else:
-                by = self.start_by[i]
-                if by == 3:
-                    break
-                src, src_phase = ((i - 1, "end") if by == 0 else (self.ps[i], "start") if by == 1 else (self.pe[i], "end"))
-                if by == 0 and self.first[i]:
-                    break
-                lo = self.start[src] if src_phase == "start" else self.end[src]
-                if self.start[i] > lo:  # unrecorded time; on CPU-only ranks partly enclosing ops' own time
-                    cut = max(self.start[i] - self.busy[i], lo)  # busy is measured from the lane's last end
-                    piece(i, cut, self.start[i], "delay", "compute")
-                    piece(i, lo, cut, "delay", self._delay_category(i, by))
-                i, phase = src, src_phase
-            if (self.start[i] if phase == "start" else self.end[i]) <= t0:
-                break
-        reached = min(self.start[i] if phase == "start" else self.end[i], ceiling[0])
-        if reached > t0:  # the walk stopped at an event with no recorded input, after the step began
-            rows.append((self.rank[i], t0, reached, i, "unlinked", "unknown"))
-        frame = pd.DataFrame(rows, columns=["rank", "start_ns", "end_ns", "node", "kind", "category"])
-        frame = frame[frame["end_ns"] > frame["start_ns"]]
+    def events(self, walks: list[tuple[tuple[np.ndarray, ...], int, int]]) -> pd.DataFrame:
+        """The ``critical_path_events`` rows of each step's ``(pieces, step, rank it ends on)``. Names and kinds
+        repeat on a large path (millions of rows, a few hundred names): kept as categories of the names and kinds
+        on it, not a string per row."""
+        if not walks:
+            return pd.DataFrame(columns=EVENT_COLUMNS)
+        if any(len(pieces[0]) == 0 for pieces, _, _ in walks):
+            return self._events_of_frames(walks)
+        nodes, lo, hi, kind, category = (np.concatenate(parts) for parts in zip(*(pieces for pieces, _, _ in walks)))
+        counts = [len(pieces[0]) for pieces, _, _ in walks]
+        ends_on = np.repeat(np.array([r for _, _, r in walks], dtype=np.int64), counts)
+        rank = self.rank[nodes]
+        used = np.unique(kind)
+        labels = self.kinds[used]
+        order = np.argsort(labels.astype(str), kind="stable")  # text order, as the strings sort
+        code_of = np.empty(len(self.kinds), dtype=np.int64)
+        code_of[used[order]] = np.arange(len(used))
+        names = pd.Series(self.name.array.take(nodes)).astype("category").cat.remove_unused_categories()
         return pd.DataFrame({
-            "rank": frame["rank"].to_numpy(), "step": step, "start_us": frame["start_ns"].to_numpy() / 1e3,
-            "end_us": frame["end_ns"].to_numpy() / 1e3, "name": self.name.array.take(frame["node"].to_numpy()),
-            "kind": frame["kind"].to_numpy(), "category": frame["category"].to_numpy(),
-            "waiting": frame["rank"].to_numpy() != ends_on, "ends_on_rank": ends_on,
-        }).iloc[::-1].reset_index(drop=True)
+            "rank": rank, "step": np.repeat(np.array([s for _, s, _ in walks], dtype=np.int64), counts),
+            "start_us": lo / 1e3, "end_us": hi / 1e3,
+            "name": names.cat.reorder_categories(sorted(names.cat.categories)),
+            "kind": pd.Categorical.from_codes(code_of[kind], categories=list(labels[order])),
+            "category": pd.Categorical.from_codes(category, categories=list(CATEGORIES)),
+            "waiting": rank != ends_on, "ends_on_rank": ends_on,
+        })
+
+    def _events_of_frames(self, walks) -> pd.DataFrame:
+        """``events`` where a step's walk found no piece: a frame per step, concatenated (a step of no rows makes
+        the numeric columns object, as it always has)."""
+        frames = []
+        for (nodes, lo, hi, kind, category), step, ends_on in walks:
+            if len(nodes):
+                frame = pd.DataFrame({"rank": self.rank[nodes], "start_ns": lo, "end_ns": hi, "node": nodes,
+                                      "kind": self.kinds[kind],
+                                      "category": np.array(CATEGORIES, dtype=object)[category]})
+            else:
+                frame = pd.DataFrame([], columns=["rank", "start_ns", "end_ns", "node", "kind", "category"])
+            frames.append(pd.DataFrame({
+                "rank": frame["rank"].to_numpy(), "step": step, "start_us": frame["start_ns"].to_numpy() / 1e3,
+                "end_us": frame["end_ns"].to_numpy() / 1e3, "name": self.name.array.take(frame["node"].to_numpy()),
+                "kind": frame["kind"].to_numpy(), "category": frame["category"].to_numpy(),
+                "waiting": frame["rank"].to_numpy() != ends_on, "ends_on_rank": ends_on,
+            }))
+        events = pd.concat(frames, ignore_index=True)
+        events["category"] = pd.Categorical(events["category"], categories=list(CATEGORIES))
+        names = events["name"].astype("category").cat.remove_unused_categories()
+        events["name"] = names.cat.reorder_categories(sorted(names.cat.categories))
+        events["kind"] = pd.Categorical(events["kind"], categories=sorted(set(events["kind"])))
+        return events

@@ -3,6 +3,8 @@ joined into one ``pd.Categorical`` at the end, so no Python string per event out
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -32,6 +34,15 @@ def categorical(pieces: list[tuple[np.ndarray, list]], relabel=None) -> pd.Categ
     codes = [np.array([code_of[label] for label in piece], dtype=np.int64)[c] if len(piece) else
              np.empty(0, dtype=np.int64) for (c, _), piece in zip(pieces, labels)]
     return pd.Categorical.from_codes(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64), categories)
+
+
+def floats_of(events: list, attr: str) -> np.ndarray:
+    """Field ``attr`` of every event, int or float, as float64; None -> NaN (as ``np.array(..., dtype=float)``)."""
+    get = operator.attrgetter(attr)
+    try:
+        return np.fromiter(map(get, events), dtype=np.float64, count=len(events))
+    except TypeError:  # None among them
+        return np.array([np.nan if v is None else v for v in map(get, events)], dtype=np.float64)
 
 
 MAX_US = 9.2e15  # int64 nanoseconds end here

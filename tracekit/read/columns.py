@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tracekit.read.coded import categorical, factorized, to_ns
+from tracekit.read.coded import categorical, factorized, floats_of, to_ns
 from tracekit.read.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read.kineto import NO_ARGS, Args, decode_raw
@@ -153,13 +153,13 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
     has_collective = pa.array([a.collective for a in args], type=pa.string()).is_valid()
     comm_rows = np.flatnonzero(comm_name[names[0]] | has_collective.to_numpy(zero_copy_only=False))
     return {
-        "ts": to_ns(_floats_of(events, "ts")), "dur": to_ns(_floats_of(events, "dur")),
+        "ts": to_ns(floats_of(events, "ts")), "dur": to_ns(floats_of(events, "dur")),
         "cat": cats, "name": names,
         "pid": factorized([e.pid for e in events], mixed=True), "tid": tids, "tid_num": _ids(tids[1])[tids[0]],
         "correlation": _ids([a.correlation for a in args]), "stream": _ids([a.stream for a in args]),
         "external_id": _ids([a.external_id if a.external_id is not None else a.external_id_old for a in args]),
         "comm_rows": comm_rows, "comm_args": [args[i] for i in comm_rows], "comm_names": [name[i] for i in comm_rows],
-        "left_ts": to_ns(_floats_of(left, "ts")), "left_dur": to_ns(_floats_of(left, "dur")),
+        "left_ts": to_ns(floats_of(left, "ts")), "left_dur": to_ns(floats_of(left, "dur")),
         "shapes": shapes,
         "device_arg_cats": {canonical_category(e.cat) for e in events if e.cat in unknown and e.args is not None
                             and e.args.device is not None} if unknown else set(),
@@ -173,15 +173,6 @@ def _shapes_recorded(events: list) -> bool | None:
     if not ops:
         return None
     return any(e.args is not None and len(e.args.input_dims) > 0 for e in ops)
-
-
-def _floats_of(events: list, attr: str) -> np.ndarray:
-    """Field ``attr`` of every event, int or float, as float64; None -> NaN (as ``np.array(..., dtype=float)``)."""
-    get = operator.attrgetter(attr)
-    try:
-        return np.fromiter(map(get, events), dtype=np.float64, count=len(events))
-    except TypeError:  # None among them
-        return np.array([np.nan if v is None else v for v in map(get, events)], dtype=np.float64)
 
 
 def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:

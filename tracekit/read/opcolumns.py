@@ -19,7 +19,8 @@ import pandas as pd
 import pyarrow as pa
 
 from tracekit.read.categories import canonical_category
-from tracekit.read.coded import categorical, factorized, to_ns
+from tracekit.read.coded import categorical, factorized, floats_of, to_ns
+from tracekit.read.kineto import NO_ARGS
 
 OP_CATEGORIES = ("cpu_op", "user_annotation")
 OP_COLUMNS = ("rank", "name", "tid", "ts_ns", "dur_ns", "external_id", "flops_arg", "input_dims", "input_type",
@@ -35,8 +36,8 @@ def op_columns(events: list) -> dict:
     args = [e.args for e in ops]
     return {
         "cpu_op": np.array([cats[e.cat] == "cpu_op" for e in ops], dtype=bool),
-        "name": factorized([e.name for e in ops]), "tid": factorized([str(e.tid) for e in ops]),
-        "ts": to_ns(_floats([e.ts for e in ops])), "dur": to_ns(_floats([e.dur for e in ops])),
+        "name": factorized([e.name for e in ops]), "tid": _as_text(factorized([e.tid for e in ops])),
+        "ts": to_ns(floats_of(ops, "ts")), "dur": to_ns(floats_of(ops, "dur")),
         "external_id": _ids([None if a is None else a.external_id if a.external_id is not None else a.external_id_old
                              for a in args]),
         "flops_arg": _floats([None if a is None else a.flops for a in args]),
@@ -91,11 +92,21 @@ def memory_table(parts: list[dict], rank: int, base_ns: int) -> pd.DataFrame:
     return frame[ts >= 0].sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
+def _as_text(coded: tuple[np.ndarray, list]) -> tuple[np.ndarray, list]:
+    """``factorized`` values as their text (``str``, None as "None"): one call per distinct value, not per row.
+    Two values of one text (a thread id written as 7 and as "7") share it."""
+    codes, distinct = coded
+    return codes, [str(v) for v in distinct]
+
+
+_ABSENT = NO_ARGS.input_dims  # the Raw that msgspec gives every event without the field (one shared object)
+
+
 def _texts(args: list, field: str) -> tuple[np.ndarray, list]:
     """(codes, distinct values) of a recorded JSON field (``factorized``'s form): its text, None where absent or
     empty; the bytes are encoded by Arrow and only the distinct ones decoded."""
     get = operator.attrgetter(field)
-    raw = [b"" if a is None or (r := get(a)) is None else bytes(r) for a in args]
+    raw = [b"" if a is None or (r := get(a)) is _ABSENT or r is None else bytes(r) for a in args]
     encoded = pa.array(raw, type=pa.binary()).dictionary_encode()
     return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
             [v.decode() if v else None for v in encoded.dictionary.to_pylist()])
