@@ -129,12 +129,20 @@ def test_a_process_that_ends_without_its_exit_handlers_leaves_a_folder_the_next_
     alive.mkdir()
     other = tmp_path / "tracekit-tables-1-x"  # not in the temporary folder: not looked at
     other.mkdir()
+    # Names this module does not make, in the temporary folder: left alone, and none stops a Summary
+    # (a number beyond any pid made os.kill raise OverflowError; a non-ASCII digit made int() raise).
+    strays = [Path(tempfile.gettempdir()) / f"tracekit-tables-{name}" for name in
+              ("99999999999999999999-x", "\u00b2-x", "12345678", "abc-x")]
+    for stray in strays:
+        stray.mkdir(exist_ok=True)
     try:
         s = tracekit.summarize(MEMORY_RUN, workers=1, cache=False)
         assert not left.exists() and alive.is_dir() and other.is_dir()
+        assert all(stray.is_dir() for stray in strays)
         assert offheap.folder_of(s).name.startswith(f"tracekit-tables-{os.getpid()}-")
     finally:
-        shutil.rmtree(alive, ignore_errors=True)
+        for folder in (alive, *strays):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_read_table_stays_frozen(in_memory):

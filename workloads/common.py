@@ -174,8 +174,9 @@ def _child(rank: int, world: int, env: dict[str, str], train: Callable, cfg: Tra
     # there, now and then (about 1 run in 15 on 2 cores), a native thread torch left behind aborts the process
     # ("terminate called without an active exception", SIGABRT, no Python frame), failing a run that succeeded.
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: as the teardown would, ignored
+            stream.flush()
     os._exit(0)
 
 

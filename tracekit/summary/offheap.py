@@ -135,17 +135,19 @@ def _remove_orphans(temp: Path) -> None:
     except OSError:
         return
     for folder in found:
-        pid = folder.name[len(_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _running(int(pid)):
+        pid, named, _ = folder.name[len(_PREFIX):].partition("-")
+        # Only names this module makes: <pid>-<random>, the pid in ASCII digits. Anything else is left alone.
+        if named and pid.isascii() and pid.isdigit() and not _running(int(pid)):
             shutil.rmtree(folder.path, ignore_errors=True)
 
 
 def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists; True where that cannot be told (another user's, or no valid pid)."""
     try:
         os.kill(pid, 0)  # no signal sent: only asks whether the process exists
     except ProcessLookupError:
         return False
-    except OSError:  # exists, another user's
+    except (OSError, OverflowError, ValueError):  # another user's; a number no pid can be
         return True
     return True
 
