@@ -116,33 +116,33 @@ def test_without_cache_the_temporary_folder_goes_with_the_summary(in_memory):
     assert not folder.exists()
 
 
-def test_a_process_that_ends_without_its_exit_handlers_leaves_a_folder_the_next_one_removes(tmp_path):
+def test_a_process_that_ends_without_its_exit_handlers_leaves_a_folder_the_next_one_removes(tmp_path, monkeypatch):
     """A killed process (or one ending with os._exit, as here) cannot remove its temporary
-    folders; the next temporary Summary on the machine removes those whose process is gone."""
+    folders; the next temporary Summary on the machine removes those whose process is gone.
+    The test's temporary folder is its own (TMPDIR), so the folders it plants are seen by no other process."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     leave = ("import os, tracekit; from tracekit.summary import offheap; "
              f"s = tracekit.summarize({str(MEMORY_RUN)!r}, workers=1, cache=False); "
              "print(offheap.folder_of(s), flush=True); os._exit(0)")
     left = Path(subprocess.run([sys.executable, "-c", leave], capture_output=True, text=True, check=True, cwd=ROOT,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip())
-    assert left.is_dir() and left.name.startswith("tracekit-tables-")
-    alive = Path(tempfile.gettempdir()) / f"tracekit-tables-{os.getpid()}-test"  # this process's: kept
+                               env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}).stdout.strip())
+    assert left.is_dir() and left.parent == temp and left.name.startswith("tracekit-tables-")
+    alive = temp / f"tracekit-tables-{os.getpid()}-test"  # this process's: kept
     alive.mkdir()
     other = tmp_path / "tracekit-tables-1-x"  # not in the temporary folder: not looked at
     other.mkdir()
-    # Names this module does not make, in the temporary folder: left alone, and none stops a Summary
+    # Names this module does not make: left alone, and none stops a Summary
     # (a number beyond any pid made os.kill raise OverflowError; a non-ASCII digit made int() raise).
-    strays = [Path(tempfile.gettempdir()) / f"tracekit-tables-{name}" for name in
-              ("99999999999999999999-x", "\u00b2-x", "12345678", "abc-x")]
+    strays = [temp / f"tracekit-tables-{name}" for name in ("99999999999999999999-x", "\u00b2-x", "12345678", "abc-x")]
     for stray in strays:
-        stray.mkdir(exist_ok=True)
-    try:
-        s = tracekit.summarize(MEMORY_RUN, workers=1, cache=False)
-        assert not left.exists() and alive.is_dir() and other.is_dir()
-        assert all(stray.is_dir() for stray in strays)
-        assert offheap.folder_of(s).name.startswith(f"tracekit-tables-{os.getpid()}-")
-    finally:
-        for folder in (alive, *strays):
-            shutil.rmtree(folder, ignore_errors=True)
+        stray.mkdir()
+    s = tracekit.summarize(MEMORY_RUN, workers=1, cache=False)
+    assert not left.exists() and alive.is_dir() and other.is_dir()
+    assert all(stray.is_dir() for stray in strays)
+    assert offheap.folder_of(s).parent == temp
+    assert offheap.folder_of(s).name.startswith(f"tracekit-tables-{os.getpid()}-")
 
 
 def test_a_read_table_stays_frozen(in_memory):
