@@ -51,9 +51,10 @@ def split_gaps(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, ops:
         return pd.DataFrame({"cause": pd.Series(dtype=object), **{c: pd.Series(dtype=np.float64) for c in columns}})
     gs = gaps["start_ns"].to_numpy().astype(np.int64)
     ge = gs + np.rint(gaps["dur_us"].to_numpy() * 1e3).astype(np.int64)
-    thread, launched_before = _gap_threads(gs, ge, dev, events, ops, on_gpu)
-    split = _split_on_threads(gs, ge, thread, _host_spans(events, ops, set(thread) - {""}))
-    other = launched_before | (thread == "")  # no host thread to read: the trace does not say why
+    vocab = _thread_vocab(events, ops)
+    thread, launched_before = _gap_threads(gs, ge, dev, events, ops, on_gpu, vocab)
+    split = _split_on_threads(gs, ge, thread, _host_spans(events, ops, vocab, np.unique(thread[thread != 0])))
+    other = launched_before | (thread == 0)  # no host thread to read: the trace does not say why
     split[other] = 0
     split[other, causes.CAUSES.index("other")] = (ge - gs)[other]
     out = pd.DataFrame(split / 1e3, columns=columns)
@@ -62,25 +63,31 @@ def split_gaps(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, ops:
 
 
 def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
-    """ns per gap (rows) and cause (``CAUSES`` columns) from the spans on each gap's thread ('' : none)."""
+    """ns per gap (rows) and cause (``CAUSES`` columns) from the spans on each gap's thread (codes of
+    ``_thread_vocab``; 0: none)."""
     out = np.zeros((len(gs), len(causes.CAUSES)), dtype=np.int64)
-    spans = spans[spans["thread"].isin(np.unique(thread))]
     lo, hi = int(gs.min()), int(ge.max())
-    start, end = np.clip(spans["start_ns"].to_numpy(), lo, hi), np.clip(spans["end_ns"].to_numpy(), lo, hi)
-    keep = end > start
-    spans, start, end = spans[keep], start[keep], end[keep]
-    # Nesting from the spans as recorded: cut to [lo, hi), a call and the one it holds can become equal spans.
-    depth = _depths(spans)
     # Every thread on one axis: thread k's time t sits at k * period + (t - lo), so one interval set holds them all.
-    codes, names = pd.factorize(pd.Index(np.concatenate([thread, spans["thread"].to_numpy()]).astype(str)))
+    axis = np.unique(thread)
     period = hi - lo + 1
-    gap_at = codes[:len(gs)].astype(np.int64) * period - lo
-    span_at = codes[len(gs):].astype(np.int64) * period - lo
-    start, end, code = start + span_at, end + span_at, spans["code"].to_numpy()
+    gap_at = np.searchsorted(axis, thread).astype(np.int64) * period - lo
+    a0, a1 = gs + gap_at, ge + gap_at
+    span_thread = spans["thread"].to_numpy()
+    at = np.searchsorted(axis, span_thread)
+    on_axis = axis[np.minimum(at, len(axis) - 1)] == span_thread
+    start = np.clip(spans["start_ns"].to_numpy(), lo, hi) + (at.astype(np.int64) * period - lo)
+    end = np.clip(spans["end_ns"].to_numpy(), lo, hi) + (at.astype(np.int64) * period - lo)
+    # Only a span that reaches into a gap can add to one; whatever holds it reaches there too, so the nesting of
+    # the spans kept is the nesting of all of them.
+    keep = on_axis & (end > start) & _reaches_into(start, end, *iv.merge(a0, a1))
+    del at, on_axis
+    start, end, code = start[keep], end[keep], spans["code"].to_numpy()[keep]
+    # Nesting from the spans as recorded: cut to [lo, hi), a call and the one it holds can become equal spans.
+    depth = _depths(span_thread[keep], spans["start_ns"].to_numpy()[keep], spans["end_ns"].to_numpy()[keep], code)
+    del keep, spans
     won = _innermost(start, end, code, depth)
     claimed = iv.merge(np.concatenate([s for s, _ in won]), np.concatenate([e for _, e in won]))
     work = iv.subtract(iv.merge(start[code == _GENERIC], end[code == _GENERIC]), claimed)
-    a0, a1 = gs + gap_at, ge + gap_at
     for c, covered in zip(SPECIFIC, won):
         out[:, causes.CAUSES.index(c)] = iv.covered_within(covered, a0, a1)
     out[:, causes.CAUSES.index("host")] = iv.covered_within(work, a0, a1)
@@ -88,13 +95,19 @@ def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans:
     return out
 
 
-def _depths(spans: pd.DataFrame) -> np.ndarray:
+def _reaches_into(start: np.ndarray, end: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
+    """Per span [start, end), whether it overlaps one of the disjoint sorted windows [w0, w1)."""
+    i = np.searchsorted(w1, start, side="right")  # the first window ending after the span starts
+    return (i < len(w0)) & (w0[np.minimum(i, len(w0) - 1)] < end)
+
+
+def _depths(thread: np.ndarray, start: np.ndarray, end: np.ndarray, code: np.ndarray) -> np.ndarray:
     """Per span, how many spans of ``SPECIFIC`` causes on its thread hold it (-1 for plain host work)."""
-    mine = (spans["code"] < _GENERIC).to_numpy()
-    depth = np.full(len(spans), -1, dtype=np.int64)
+    mine = code < _GENERIC
+    depth = np.full(len(code), -1, dtype=np.int64)
     if mine.any():
-        tid = pd.factorize(spans["thread"].to_numpy()[mine])[0]
-        depth[mine] = op_tree(tid, spans["start_ns"].to_numpy()[mine], spans["end_ns"].to_numpy()[mine])[1]
+        tid = pd.factorize(thread[mine])[0]
+        depth[mine] = op_tree(tid, start[mine], end[mine])[1]
     return depth
 
 
@@ -116,26 +129,29 @@ def _innermost(start: np.ndarray, end: np.ndarray, code: np.ndarray, depth: np.n
                      np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)])) for parts in won]
 
 
-def _host_spans(events: pd.DataFrame, ops: pd.DataFrame | None, threads: set | None) -> pd.DataFrame:
-    """Every recorded host span with a cause on ``threads`` (None: all): thread (text), start_ns, end_ns, code
+def _host_spans(events: pd.DataFrame, ops: pd.DataFrame | None, vocab: pd.Index,
+                threads: np.ndarray | None) -> pd.DataFrame:
+    """Every recorded host span with a cause on ``threads`` (codes of ``vocab``, ``_thread_vocab``; None: all):
+    thread (its code), start_ns, end_ns, code
     (index of ``SPECIFIC``, or ``_GENERIC`` for plain host work). From the events table (runtime calls, the host ops
     it keeps, annotations) and, for the operators it leaves out on a GPU rank, the ops table's ``cpu_op`` rows (a
     row in both tables counts once: equal spans of one cause nest)."""
     host = (events["kind"].isna() & (events["dur_ns"] >= 0) & ~events["cat"].isin(DEVICE_CATEGORIES)).to_numpy()
     code = _name_codes(events["name"])
     code = np.where(code < 0, np.where(events["cat"].isin(_WORK_CATEGORIES).to_numpy(), _GENERIC, -1), code)
-    parts = [_spans(events, host & (code >= 0) & _on(events["tid"], threads), code)]
+    parts = [_spans(events, host & (code >= 0) & _on(events["tid"], vocab, threads), code, vocab)]
     if ops is not None and len(ops):
-        op_rows = ops["cpu_op"].to_numpy(dtype=bool) & (ops["dur_ns"].to_numpy() >= 0) & _on(ops["tid"], threads)
+        op_rows = (ops["cpu_op"].to_numpy(dtype=bool) & (ops["dur_ns"].to_numpy() >= 0)
+                   & _on(ops["tid"], vocab, threads))
         op_code = _name_codes(ops["name"])
-        parts.append(_spans(ops, op_rows, np.where(op_code < 0, _GENERIC, op_code)))
+        parts.append(_spans(ops, op_rows, np.where(op_code < 0, _GENERIC, op_code), vocab))
     return pd.concat(parts, ignore_index=True)
 
 
-def _spans(table: pd.DataFrame, keep: np.ndarray, code: np.ndarray) -> pd.DataFrame:
+def _spans(table: pd.DataFrame, keep: np.ndarray, code: np.ndarray, vocab: pd.Index) -> pd.DataFrame:
     rows = np.flatnonzero(keep)
     start = table["ts_ns"].to_numpy()[rows]
-    return pd.DataFrame({"thread": _tid_text(table["tid"], rows), "start_ns": start,
+    return pd.DataFrame({"thread": _tid_codes(table["tid"], vocab)[rows], "start_ns": start,
                          "end_ns": start + table["dur_ns"].to_numpy()[rows], "code": code[rows].astype(np.int8)})
 
 
@@ -154,32 +170,41 @@ def _categorical(tid: pd.Series) -> pd.Series:
     return tid if isinstance(tid.dtype, pd.CategoricalDtype) else tid.astype(str).astype("category")
 
 
-def _tid_text(tid: pd.Series, rows: np.ndarray) -> np.ndarray:
-    """The thread id of rows ``rows`` as text, '' for none (no per-row string is made for the other rows)."""
+def _thread_vocab(events: pd.DataFrame, ops: pd.DataFrame | None) -> pd.Index:
+    """Every thread id of the rank as text, '' (no thread) first: a thread is its position here, so the split works
+    on small integers, never on a string per span."""
+    texts = [_categorical(t).cat.categories.astype(str) for t in
+             (events["tid"], *(() if ops is None else (ops["tid"],)))]
+    return pd.Index([""]).append(texts).unique()
+
+
+def _tid_codes(tid: pd.Series, vocab: pd.Index) -> np.ndarray:
+    """Per row, its thread's position in ``vocab`` (0 for none)."""
     tid = _categorical(tid)
-    texts = np.append(tid.cat.categories.astype(str).to_numpy(dtype=object), "")
-    return texts[tid.cat.codes.to_numpy()[rows]]
+    per_category = np.append(vocab.get_indexer(tid.cat.categories.astype(str)), 0).astype(np.int32)
+    return per_category[tid.cat.codes.to_numpy()]  # code -1 (missing) reads the appended 0
 
 
-def _on(tid: pd.Series, threads: set | None) -> np.ndarray:
-    """Per row, whether its thread (as text) is one of ``threads`` (None: every row)."""
+def _on(tid: pd.Series, vocab: pd.Index, threads: np.ndarray | None) -> np.ndarray:
+    """Per row, whether its thread is one of ``threads`` (codes of ``vocab``; None: every row)."""
     if threads is None:
         return np.ones(len(tid), dtype=bool)
     tid = _categorical(tid)
-    wanted = np.append(np.isin(tid.cat.categories.astype(str).to_numpy(dtype=object), list(threads)), False)
+    codes = vocab.get_indexer(tid.cat.categories.astype(str))
+    wanted = np.append(np.isin(codes, threads), False)
     return wanted[tid.cat.codes.to_numpy()]
 
 
-def _gap_threads(gs, ge, dev, events, ops, on_gpu) -> tuple[np.ndarray, np.ndarray]:
-    """(the host thread each gap is split on, '' where none is known; whether its next work was launched before
-    it began)."""
-    main = _main_thread(dev, events, ops, on_gpu)
+def _gap_threads(gs, ge, dev, events, ops, on_gpu, vocab) -> tuple[np.ndarray, np.ndarray]:
+    """(the host thread each gap is split on, as its code in ``vocab``, 0 where none is known; whether its next
+    work was launched before it began)."""
+    main = _main_thread(dev, events, ops, on_gpu, vocab)
     if not on_gpu:
-        return np.full(len(gs), main, dtype=object), np.zeros(len(gs), dtype=bool)
+        return np.full(len(gs), main, dtype=np.int32), np.zeros(len(gs), dtype=bool)
     nxt = causes.next_work(dev, ge)
     launch_row = dev["launch_row"].to_numpy()[nxt]
     linked = launch_row >= 0
-    thread = np.where(linked, _tid_text(events["tid"], np.maximum(launch_row, 0)), main)
+    thread = np.where(linked, _tid_codes(events["tid"], vocab)[np.maximum(launch_row, 0)], main).astype(np.int32)
     # Launched before the gap: its launch call had returned when the gap began, or the call (a graph launch) had
     # already started some of its work on the device before it. A call still running at the gap's start is the
     # host's launch: its time in the gap is the launching thread's.
@@ -187,21 +212,31 @@ def _gap_threads(gs, ge, dev, events, ops, on_gpu) -> tuple[np.ndarray, np.ndarr
     rows = dev["launch_row"].to_numpy()
     first_start = pd.Series(dev["start_ns"].to_numpy()[rows >= 0]).groupby(rows[rows >= 0]).min()
     delivering = first_start.reindex(launch_row).to_numpy() < gs
-    return thread.astype(object), linked & ((call_end <= gs) | delivering)
+    return thread, linked & ((call_end <= gs) | delivering)
 
 
-def _main_thread(dev: pd.DataFrame, events: pd.DataFrame, ops: pd.DataFrame | None, on_gpu: bool) -> str:
+def _main_thread(dev: pd.DataFrame, events: pd.DataFrame, ops: pd.DataFrame | None, on_gpu: bool,
+                 vocab: pd.Index) -> int:
     """A GPU rank's thread that launches the most device events, a CPU rank's thread that runs the most operators
-    (the training thread); without either, the thread with the most recorded host work; '' without any."""
+    (the training thread); without either, the thread with the most recorded host work; 0 (none) without any. As
+    its code in ``vocab``; a tie goes to the thread whose id comes first as text."""
     if on_gpu:
         rows = dev["launch_row"].to_numpy()
-        picked = _tid_text(events["tid"], rows[rows >= 0])
+        picked = _tid_codes(events["tid"], vocab)[rows[rows >= 0]]
     else:
-        picked = _tid_text(events["tid"], np.flatnonzero((events["kind"] == "compute").to_numpy()))
+        picked = _tid_codes(events["tid"], vocab)[np.flatnonzero((events["kind"] == "compute").to_numpy())]
     if len(picked):
-        return str(pd.Series(picked).mode().iloc[0])
-    spans = _host_spans(events, ops, None)
+        return _first_by_text(np.bincount(picked, minlength=len(vocab)), vocab)
+    spans = _host_spans(events, ops, vocab, None)
     work = spans[spans["code"] == _GENERIC]
     if work.empty:
-        return ""
-    return str((work["end_ns"] - work["start_ns"]).groupby(work["thread"]).sum().idxmax())
+        return 0
+    busy = np.bincount(work["thread"].to_numpy(), weights=(work["end_ns"] - work["start_ns"]).to_numpy(),
+                       minlength=len(vocab))
+    return _first_by_text(busy, vocab)
+
+
+def _first_by_text(score: np.ndarray, vocab: pd.Index) -> int:
+    """The code with the highest score; among equals, the one whose text sorts first."""
+    best = np.flatnonzero(score == score.max())
+    return int(best[np.argsort(vocab[best].to_numpy(dtype=str), kind="stable")[0]])
