@@ -108,6 +108,26 @@ def test_a_gap_with_no_host_op_is_unrecorded_not_the_next_collective(tmp_path):
     assert "with_stack=True" in found["host_unrecorded"].recommendation
 
 
+def test_without_launch_links_the_busiest_thread_is_read(tmp_path):
+    # No kernel names its launch (no correlation): each gap is read on the thread with the most recorded host work.
+    # Thread 2 records 60 us of ops, thread 1 40 us; the sync on thread 2 explains gap [100, 200), the loader on
+    # thread 1 explains nothing.
+    events = [step(1, 0, 400), step(2, 400, 100),
+              kernel("gemm", 10, 90), kernel("gemm", 200, 100),
+              cpu("aten::mm", 0, 40, tid=1), cpu(LOADER, 110, 80, cat="user_annotation", tid=1),
+              cpu("aten::mm", 300, 60, tid=2), cpu("cudaStreamSynchronize", 120, 50, cat="cuda_runtime", tid=2)]
+    assert split(summarize(tmp_path, events)) == [{"sync": 50, "host_unrecorded": 50}]
+
+
+def test_zero_length_host_work_still_names_its_thread(tmp_path):
+    # No launch links and every host op recorded with no duration: the gaps are still read on that thread, where
+    # nothing was open (host_unrecorded), not counted as "other" (no host thread known).
+    events = [step(1, 0, 100), step(2, 100, 100), kernel("k", 10, 20), kernel("k", 50, 20), kernel("k", 110, 20),
+              kernel("k", 150, 20), cpu("cudaLaunchKernel", 40, 0, cat="cuda_runtime"), cpu("aten::mm", 45, 0)]
+    assert split(summarize(tmp_path, events)) == [{"host_unrecorded": 20}, {"host_unrecorded": 40},
+                                                  {"host_unrecorded": 20}]
+
+
 def test_nested_calls_the_innermost_wins(tmp_path):
     # Gap [100, 1000). The DataLoader [100, 900) holds aten::to [200, 600), which holds a blocking cudaMemcpy
     # [300, 500), and aten::stack [650, 700). Innermost: sync [300, 500) = 200; the rest of the loader is data

@@ -97,6 +97,8 @@ def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans:
 
 def _reaches_into(start: np.ndarray, end: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
     """Per span [start, end), whether it overlaps one of the disjoint sorted windows [w0, w1)."""
+    if len(w0) == 0:
+        return np.zeros(len(start), dtype=bool)
     i = np.searchsorted(w1, start, side="right")  # the first window ending after the span starts
     return (i < len(w0)) & (w0[np.minimum(i, len(w0) - 1)] < end)
 
@@ -231,8 +233,9 @@ def _main_thread(dev: pd.DataFrame, events: pd.DataFrame, ops: pd.DataFrame | No
     work = spans[spans["code"] == _GENERIC]
     if work.empty:
         return 0
-    busy = np.bincount(work["thread"].to_numpy(), weights=(work["end_ns"] - work["start_ns"]).to_numpy(),
-                       minlength=len(vocab))
+    threads = work["thread"].to_numpy()
+    busy = np.bincount(threads, weights=(work["end_ns"] - work["start_ns"]).to_numpy(), minlength=len(vocab))
+    busy[np.bincount(threads, minlength=len(vocab)) == 0] = -1  # only a thread with recorded work competes
     return _first_by_text(busy, vocab)
 
 
