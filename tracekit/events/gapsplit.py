@@ -53,7 +53,9 @@ def split_gaps(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, ops:
     ge = gs + np.rint(gaps["dur_us"].to_numpy() * 1e3).astype(np.int64)
     vocab = _thread_vocab(events, ops)
     thread, launched_before = _gap_threads(gs, ge, dev, events, ops, on_gpu, vocab)
-    split = _split_on_threads(gs, ge, thread, _host_spans(events, ops, vocab, np.unique(thread[thread != 0])))
+    axis = _Axis(gs, ge, thread)
+    split = _split_on_threads(gs, ge, thread, _host_spans(events, ops, vocab, np.unique(thread[thread != 0]), axis),
+                              axis)
     other = launched_before | (thread == 0)  # no host thread to read: the trace does not say why
     split[other] = 0
     split[other, causes.CAUSES.index("other")] = (ge - gs)[other]
@@ -62,35 +64,49 @@ def split_gaps(gaps: pd.DataFrame, dev: pd.DataFrame, events: pd.DataFrame, ops:
     return out
 
 
-def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+class _Axis:
+    """Every gap's thread on one time axis: thread k's time t sits at k * period + (t - lo), cut to [lo, hi] (the
+    gaps' extent), so one interval set holds the spans of every thread."""
+
+    def __init__(self, gs: np.ndarray, ge: np.ndarray, thread: np.ndarray) -> None:
+        self.lo, self.hi = int(gs.min()), int(ge.max())
+        self.threads = np.unique(thread)
+        self.period = self.hi - self.lo + 1
+        _, self.a0, self.a1 = self.place(thread, gs, ge)  # the gaps, each on its thread
+        self.windows = iv.merge(self.a0, self.a1)
+
+    def place(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray):
+        """(whether each span's thread is on the axis, its start and end there)."""
+        at = np.searchsorted(self.threads, thread)
+        on = self.threads[np.minimum(at, len(self.threads) - 1)] == thread
+        offset = at.astype(np.int64) * self.period - self.lo
+        return on, np.clip(start, self.lo, self.hi) + offset, np.clip(end, self.lo, self.hi) + offset
+
+    def reaching(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Per span, whether it lies on a gap's thread and reaches into a gap there. Only such a span can add to
+        a gap; whatever holds it reaches there too, so the nesting of the spans kept is the nesting of all."""
+        on, s, e = self.place(thread, start, end)
+        return on & (e > s) & _reaches_into(s, e, *self.windows)
+
+
+def _split_on_threads(gs: np.ndarray, ge: np.ndarray, thread: np.ndarray, spans: pd.DataFrame,
+                      axis: _Axis) -> np.ndarray:
     """ns per gap (rows) and cause (``CAUSES`` columns) from the spans on each gap's thread (codes of
-    ``_thread_vocab``; 0: none)."""
+    ``_thread_vocab``; 0: none); ``axis``: the gaps' ``_Axis``."""
     out = np.zeros((len(gs), len(causes.CAUSES)), dtype=np.int64)
-    lo, hi = int(gs.min()), int(ge.max())
-    # Every thread on one axis: thread k's time t sits at k * period + (t - lo), so one interval set holds them all.
-    axis = np.unique(thread)
-    period = hi - lo + 1
-    gap_at = np.searchsorted(axis, thread).astype(np.int64) * period - lo
-    a0, a1 = gs + gap_at, ge + gap_at
-    span_thread = spans["thread"].to_numpy()
-    at = np.searchsorted(axis, span_thread)
-    on_axis = axis[np.minimum(at, len(axis) - 1)] == span_thread
-    start = np.clip(spans["start_ns"].to_numpy(), lo, hi) + (at.astype(np.int64) * period - lo)
-    end = np.clip(spans["end_ns"].to_numpy(), lo, hi) + (at.astype(np.int64) * period - lo)
-    # Only a span that reaches into a gap can add to one; whatever holds it reaches there too, so the nesting of
-    # the spans kept is the nesting of all of them.
-    keep = on_axis & (end > start) & _reaches_into(start, end, *iv.merge(a0, a1))
-    del at, on_axis
-    start, end, code = start[keep], end[keep], spans["code"].to_numpy()[keep]
+    span_thread, raw_start, raw_end = (spans[c].to_numpy() for c in ("thread", "start_ns", "end_ns"))
+    keep = axis.reaching(span_thread, raw_start, raw_end)
+    _, start, end = axis.place(span_thread[keep], raw_start[keep], raw_end[keep])
+    code = spans["code"].to_numpy()[keep]
     # Nesting from the spans as recorded: cut to [lo, hi), a call and the one it holds can become equal spans.
-    depth = _depths(span_thread[keep], spans["start_ns"].to_numpy()[keep], spans["end_ns"].to_numpy()[keep], code)
-    del keep, spans
+    depth = _depths(span_thread[keep], raw_start[keep], raw_end[keep], code)
+    del keep, spans, span_thread, raw_start, raw_end
     won = _innermost(start, end, code, depth)
     claimed = iv.merge(np.concatenate([s for s, _ in won]), np.concatenate([e for _, e in won]))
     work = iv.subtract(iv.merge(start[code == _GENERIC], end[code == _GENERIC]), claimed)
     for c, covered in zip(SPECIFIC, won):
-        out[:, causes.CAUSES.index(c)] = iv.covered_within(covered, a0, a1)
-    out[:, causes.CAUSES.index("host")] = iv.covered_within(work, a0, a1)
+        out[:, causes.CAUSES.index(c)] = iv.covered_within(covered, axis.a0, axis.a1)
+    out[:, causes.CAUSES.index("host")] = iv.covered_within(work, axis.a0, axis.a1)
     out[:, causes.CAUSES.index("host_unrecorded")] = (ge - gs) - out.sum(axis=1)
     return out
 
@@ -132,8 +148,9 @@ def _innermost(start: np.ndarray, end: np.ndarray, code: np.ndarray, depth: np.n
 
 
 def _host_spans(events: pd.DataFrame, ops: pd.DataFrame | None, vocab: pd.Index,
-                threads: np.ndarray | None) -> pd.DataFrame:
-    """Every recorded host span with a cause on ``threads`` (codes of ``vocab``, ``_thread_vocab``; None: all):
+                threads: np.ndarray | None, axis: _Axis | None = None) -> pd.DataFrame:
+    """Every recorded host span with a cause on ``threads`` (codes of ``vocab``, ``_thread_vocab``; None: all)
+    and, given the gaps' ``axis``, reaching into a gap (a large trace has millions of spans, most in none):
     thread (its code), start_ns, end_ns, code
     (index of ``SPECIFIC``, or ``_GENERIC`` for plain host work). From the events table (runtime calls, the host ops
     it keeps, annotations) and, for the operators it leaves out on a GPU rank, the ops table's ``cpu_op`` rows (a
@@ -141,20 +158,24 @@ def _host_spans(events: pd.DataFrame, ops: pd.DataFrame | None, vocab: pd.Index,
     host = (events["kind"].isna() & (events["dur_ns"] >= 0) & ~events["cat"].isin(DEVICE_CATEGORIES)).to_numpy()
     code = _name_codes(events["name"])
     code = np.where(code < 0, np.where(events["cat"].isin(_WORK_CATEGORIES).to_numpy(), _GENERIC, -1), code)
-    parts = [_spans(events, host & (code >= 0) & _on(events["tid"], vocab, threads), code, vocab)]
+    parts = [_spans(events, host & (code >= 0) & _on(events["tid"], vocab, threads), code, vocab, axis)]
     if ops is not None and len(ops):
         op_rows = (ops["cpu_op"].to_numpy(dtype=bool) & (ops["dur_ns"].to_numpy() >= 0)
                    & _on(ops["tid"], vocab, threads))
         op_code = _name_codes(ops["name"])
-        parts.append(_spans(ops, op_rows, np.where(op_code < 0, _GENERIC, op_code), vocab))
+        parts.append(_spans(ops, op_rows, np.where(op_code < 0, _GENERIC, op_code), vocab, axis))
     return pd.concat(parts, ignore_index=True)
 
 
-def _spans(table: pd.DataFrame, keep: np.ndarray, code: np.ndarray, vocab: pd.Index) -> pd.DataFrame:
+def _spans(table: pd.DataFrame, keep: np.ndarray, code: np.ndarray, vocab: pd.Index,
+           axis: _Axis | None) -> pd.DataFrame:
     rows = np.flatnonzero(keep)
-    start = table["ts_ns"].to_numpy()[rows]
-    return pd.DataFrame({"thread": _tid_codes(table["tid"], vocab)[rows], "start_ns": start,
-                         "end_ns": start + table["dur_ns"].to_numpy()[rows], "code": code[rows].astype(np.int8)})
+    thread, start = _tid_codes(table["tid"], vocab)[rows], table["ts_ns"].to_numpy()[rows]
+    end = start + table["dur_ns"].to_numpy()[rows]
+    if axis is not None:
+        reach = axis.reaching(thread, start, end)
+        rows, thread, start, end = rows[reach], thread[reach], start[reach], end[reach]
+    return pd.DataFrame({"thread": thread, "start_ns": start, "end_ns": end, "code": code[rows].astype(np.int8)})
 
 
 def _name_codes(name: pd.Series) -> np.ndarray:

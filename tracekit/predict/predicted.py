@@ -11,6 +11,7 @@ import pandas as pd
 from tracekit import fmt
 from tracekit.predict import pipeline_whatif, replay
 from tracekit.predict.scenarios import _FIX, NO_GAIN_PCT, _cats, _window, predict_graph
+from tracekit.read.release import release_memory
 
 
 def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.DataFrame,
@@ -69,7 +70,9 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
     if graph.empty:
         return dataclasses.replace(summary, graph=graph)
     model = replay.measure(graph)  # one model for the critical path and every prediction the findings quote
+    release_memory()  # the joins' working arrays: freed, and kept by the allocators unless handed back
     path, events = critical_paths(graph, model, window_steps)
+    release_memory()  # the walks' pieces
     from tracekit.predict.optimize import optimization
 
     kernel_ops = pd.DataFrame(columns=["rank", "kernel", "op"]) if kernel_ops is None else kernel_ops
