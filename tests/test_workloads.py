@@ -126,6 +126,23 @@ def test_force_replaces_only_the_run_and_the_output_is_quiet_with_progress(tmp_p
 
 
 @pytest.mark.slow
+def test_under_torchrun_each_rank_finishes_and_says_so(tmp_path):
+    # Each torchrun rank leaves without the interpreter's teardown (workloads.common._leave), as a spawned rank
+    # does: its files and its last lines must be out before it goes.
+    at = TINY_GPT.index("--nproc")
+    flags = TINY_GPT[:at] + TINY_GPT[at + 2:]  # torchrun starts the ranks
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "workloads.gpt", *flags, "--profile", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.pt.trace.json.gz", "rank-1.pt.trace.json.gz",
+                                                          "run.json"]
+    assert json.loads((tmp_path / "run.json").read_text())["world_size"] == 2
+    assert f"wrote {tmp_path / 'run.json'}" in done.stdout  # rank 0's last line, flushed before it left
+    assert len(tracekit.summarize(tmp_path, cache=False).ranks) == 2
+
+
+@pytest.mark.slow
 def test_image_folder_data(tmp_path):
     from PIL import Image
 

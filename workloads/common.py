@@ -118,7 +118,7 @@ def _launch(train: Callable, cfg: TrainConfig) -> None:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun stops the other ranks itself
         env = os.environ
         _in_process(train, cfg, int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]))
-        return
+        _leave()  # a rank of torchrun's, done: as a spawned rank leaves
     world = cfg.nproc or gpus or 2
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     if world == 1:
@@ -170,9 +170,14 @@ def _child(rank: int, world: int, env: dict[str, str], train: Callable, cfg: Tra
         _run_rank(train, cfg, rank, rank, world, reports)
     except Exception:
         sys.exit(1)  # `_run_rank` has reported it to the launcher
-    # The rank's work is done, its files closed and its group destroyed. Leave without the interpreter's teardown:
-    # there, now and then (about 1 run in 15 on 2 cores), a native thread torch left behind aborts the process
-    # ("terminate called without an active exception", SIGABRT, no Python frame), failing a run that succeeded.
+    _leave()
+
+
+def _leave() -> None:
+    """End a rank's process whose work is done, its files closed and its group destroyed, without the interpreter's
+    teardown: there, now and then (about 1 run in 15 on 2 cores), a native thread torch left behind aborts the
+    process ("terminate called without an active exception", SIGABRT, no Python frame), failing a run that
+    succeeded."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: as the teardown would, ignored
