@@ -1,5 +1,6 @@
-"""What ran on one rank: its kernel, operator and memory tables, from its classified events, host ops and
-``[memory]`` events (``tracekit.events.kernels``, ``.ops``, ``.memory``), with the device's peaks."""
+"""What ran on one rank: its operator and memory tables, from its classified events, host ops and ``[memory]``
+events (``tracekit.events.ops``, ``.memory``), with the device's peaks. (Its kernel table is the caller's:
+``tracekit.events.kernels``.)"""
 
 from __future__ import annotations
 
@@ -26,10 +27,9 @@ def peaks_of(meta: RankMeta) -> devices.DevicePeaks | None:
 
 
 def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, memory: pd.DataFrame | None,
-              steps: pd.DataFrame, window: pd.DataFrame, kernels: pd.DataFrame, device_rank: bool) -> dict:
-    """RankResult's kernels (``kernels``: ``kernel_table`` of the window's device events, made by the caller so
-    that those events can go first), ops, ops_by_shape, step_flops, op_steps, memory, memory_top, memory_timeline
-    and kernel_ops; and under ``quality`` and ``facts`` the rank's data-quality and breakdown columns this adds."""
+              steps: pd.DataFrame, window: pd.DataFrame, device_rank: bool) -> dict:
+    """RankResult's ops, ops_by_shape, step_flops, op_steps, memory, memory_top, memory_timeline and kernel_ops;
+    and under ``quality`` and ``facts`` the rank's data-quality and breakdown columns this adds."""
     ops = pd.DataFrame(columns=list(OP_COLUMNS)) if ops is None else ops
     memory = pd.DataFrame(columns=list(MEMORY_COLUMNS)) if memory is None else memory
     peaks = peaks_of(meta) if device_rank else None
@@ -47,7 +47,7 @@ def what_runs(meta: RankMeta, events: pd.DataFrame, ops: pd.DataFrame | None, me
                "ops_beyond_bound": int(by_shape["beyond_bound"].sum()) if len(by_shape) else 0,
                # Without record_shapes every matmul's FLOPs are unknown: the shapes_recorded note says so once.
                "unknown_flops": unknown_flops if meta.shapes_recorded is not False else ""}
-    return {"kernels": kernels, "ops": by_name, "ops_by_shape": by_shape,
+    return {"ops": by_name, "ops_by_shape": by_shape,
             "step_flops": step_flops, "op_steps": op_steps, "memory": table,
             "memory_top": top_allocators(memory, ops, table), "memory_timeline": memory_timeline(memory),
             "kernel_ops": kernel_ops(ops, events, launched) if device_rank and len(ops) else pd.DataFrame(
