@@ -104,3 +104,12 @@ def test_beside_the_stages_say_where_the_time_went(monkeypatch):
                      "waiting for ops, flops, memory", "quality"]
     child = result.stage_times[names.index("ops, flops, memory (beside)")]
     assert child.rank == result.meta.rank and child.cpu_s > 0
+
+
+def test_without_memory_to_spare_the_stage_runs_here(monkeypatch):
+    assert beside.memory_allows(0) and not beside.memory_allows(1e18)  # no machine has an exabyte spare
+    monkeypatch.setattr(analyze, "BESIDE_OPS", 0)
+    monkeypatch.setattr(analyze, "BESIDE_MEMORY", 1e15)  # the child would need more than any machine has
+    monkeypatch.setattr(beside, "start", lambda *a: pytest.fail("forked without memory to spare"))
+    result = analyze.analyze_rank(RANKS[0], Config(), decode_workers=2)
+    assert len(result.ops)

@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.events.grouping import Groups
+from tracekit.events.grouping import Groups, group_numbers
 
 
 def _keys():
@@ -69,3 +69,33 @@ def test_every_reduction_equals_the_dataframe_groupby_to_the_last_bit(rows, sort
     strict = grouped["v"].sum().where(~frame.assign(nan=frame["v"].isna()).groupby(
         key, observed=True, sort=sort, dropna=dropna)["nan"].any())
     np.testing.assert_array_equal(g.strict_sum(frame["v"].to_numpy()), strict.to_numpy())
+
+
+def test_group_numbers_by_hand():
+    keys = pd.DataFrame({"step": np.array([7, -2, 7, 7, -2], dtype=np.int64),
+                         "name": pd.Categorical(["b", "a", None, "b", "b"], categories=["b", "a"])})
+    # first row of each (step, name): (7, b) (-2, a) (7, NaN) (-2, b)
+    assert group_numbers(keys, sort=False, dropna=False).tolist() == [0, 1, 2, 0, 3]
+    # sorted: step -2 before 7; in category order b before a; the missing name last
+    assert group_numbers(keys, sort=True, dropna=False).tolist() == [2, 1, 3, 2, 0]
+    assert group_numbers(keys, sort=True, dropna=True).tolist() == [2, 1, -1, 2, 0]
+    assert group_numbers(keys, sort=False, dropna=True).tolist() == [0, 1, -1, 0, 2]
+
+
+def test_group_numbers_leave_other_columns_to_pandas():
+    assert group_numbers(pd.DataFrame({"x": [1.0, 2.0]}), sort=False, dropna=False) is None
+    assert group_numbers(pd.DataFrame({"x": np.array(["a", "b"], dtype=object)}), sort=True, dropna=True) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.sampled_from(["z", "a", "m", None]), st.sampled_from(["p", "q", None]),
+                          st.integers(-(2**40), 2**40)), min_size=1, max_size=50),
+       st.booleans(), st.booleans(), st.permutations(["z", "a", "m", "unused"]))
+def test_group_numbers_equal_pandas_ngroup(rows, sort, dropna, order):
+    keys = pd.DataFrame({"rank": np.array([r[0] for r in rows], dtype=np.int32),
+                         "name": pd.Categorical([r[1] for r in rows], categories=order),
+                         "dims": pd.Categorical([r[2] for r in rows]),
+                         "big": np.array([r[3] for r in rows], dtype=np.int64)})
+    for columns in (["rank"], ["name"], ["rank", "name", "dims"], ["big", "name"], ["dims", "big", "rank"]):
+        expected = keys[columns].groupby(columns, observed=True, sort=sort, dropna=dropna).ngroup()
+        np.testing.assert_array_equal(group_numbers(keys[columns], sort, dropna), expected.fillna(-1).to_numpy())

@@ -20,9 +20,12 @@ class Groups:
     taking one array with a value per row of the table (dropped rows included) and giving one per group."""
 
     def __init__(self, keys: pd.DataFrame, sort: bool, dropna: bool) -> None:
-        number = keys.groupby(list(keys.columns), observed=True, sort=sort, dropna=dropna).ngroup()
+        number = group_numbers(keys, sort, dropna)
+        if number is None:
+            number = keys.groupby(list(keys.columns), observed=True, sort=sort, dropna=dropna).ngroup()
+            number = number.fillna(-1).to_numpy()
         # -1: a row with a missing key, dropped (dropna). 4 bytes a row: several Groups of millions of ops coexist.
-        gid = number.fillna(-1).to_numpy().astype(np.int32 if len(keys) < 2**31 else np.int64)
+        gid = number.astype(np.int32 if len(keys) < 2**31 else np.int64)
         self.kept = None if (gid >= 0).all() else gid >= 0
         self.gid = gid if self.kept is None else gid[self.kept]
         _, first = np.unique(self.gid, return_index=True)
@@ -63,3 +66,35 @@ class Groups:
         del codes
         grouped = self._by(coded)  # grouped once, reduced twice
         return ~(grouped.max().to_numpy() > grouped.min().to_numpy())
+
+
+def group_numbers(keys: pd.DataFrame, sort: bool, dropna: bool) -> np.ndarray | None:
+    """The group of each row (-1: dropped for a missing key) as ``keys.groupby(list(keys), observed=True,
+    sort=sort, dropna=dropna).ngroup()`` numbers them, from one int64 per row: each column's codes (a categorical's
+    own, in category order; an integer column's values in sorted order; a missing value after every other, as pandas
+    sorts it) joined into one number, most significant first, whose order is the rows' order by their keys. Groups
+    are numbered by that order (``sort``) or by their first row, as pandas does. None where a column is neither a
+    categorical nor a NumPy integer, or the codes do not fit one int64: pandas numbers those."""
+    joined = np.zeros(len(keys), dtype=np.int64)
+    missing = np.zeros(len(keys), dtype=bool)
+    span = 1
+    for name in keys.columns:
+        column = keys[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            codes, size = column.cat.codes.to_numpy().astype(np.int64), len(column.cat.categories)
+        elif isinstance(column.dtype, np.dtype) and column.dtype.kind in "iu":
+            codes, uniques = pd.factorize(column.to_numpy(), sort=True)
+            codes, size = codes.astype(np.int64), len(uniques)
+        else:
+            return None
+        missing |= codes < 0
+        codes[codes < 0] = size  # after every value
+        size += 1
+        if span > (2**62) // size:
+            return None
+        joined = joined * size + codes
+        span *= size
+    number = np.full(len(keys), -1, dtype=np.int64)
+    kept = ~missing if dropna else np.ones(len(keys), dtype=bool)
+    number[kept] = pd.factorize(joined[kept], sort=sort)[0]
+    return number

@@ -122,7 +122,9 @@ def _reduce_taken(box: list[RankTables], config: Config, spare_cores: bool = Fal
     dev = metrics.in_window(dev_all, steps, config.window)
     laps("classify and steps")
     pending = None
-    if spare_cores and ops is not None and len(ops) >= BESIDE_OPS:
+    if spare_cores and ops is not None and len(ops) >= BESIDE_OPS and beside.memory_allows(
+            BESIDE_MEMORY * (ops.memory_usage(deep=False).sum() + (memory.memory_usage(deep=False).sum()
+                                                                  if memory is not None else 0))):
         pending = beside.start(_what_runs_beside, meta, events, ops, memory, steps, kept, device_rank)
 
     calls = split_batches(events, comm_args, collective_table(events, comm_args, _pg_sizes(meta)), dtype_bytes)
@@ -191,6 +193,10 @@ def _reduce_taken(box: list[RankTables], config: Config, spare_cores: bool = Fal
 # Ops of a rank above which, with cores to spare, the operator tables are made beside the other stages: about 0.8 s
 # of work at 500,000 ops, against a fork and the tables' way back (tens of ms).
 BESIDE_OPS = 500_000
+# The memory that running them beside adds to the run's peak, per byte of the ops and memory tables: the child's
+# working arrays and the other stages' at once, where one after the other they reuse the same pages (measured
+# +250 MB on a 1 GB trace and +1.1 GB on a 4 GB one, 3.0x and 3.1x their ops tables).
+BESIDE_MEMORY = 3.5
 
 
 def _what_runs_beside(meta, events, ops, memory, steps, kept, device_rank) -> dict:

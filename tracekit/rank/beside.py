@@ -20,6 +20,19 @@ from tracekit.read.parallel import context
 _JOB: list = []  # the job of the child about to be forked: set just before the fork, cleared just after
 
 
+def memory_allows(need_bytes: float) -> bool:
+    """Whether the machine has ``need_bytes`` to spare twice over (``MemAvailable``, Linux): a child's working
+    memory comes on top of this process's. Unknown (no /proc/meminfo) counts as no."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024 >= 2 * need_bytes
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def start(fn: Callable[..., Any], *args) -> Callable[[], Any]:
     """Run ``fn(*args)`` in a forked process; the returned function waits for its result (or raises its error)."""
     fork = context()
