@@ -36,3 +36,12 @@ def test_each_floor_decodes_every_event_and_times_the_whole_process(floor):
 def test_the_lean_floor_is_a_different_decoder():
     assert "msgspec.Raw" in scale.LEAN_FLOOR and "kineto" not in scale.LEAN_FLOOR.split("import msgspec")[1]
     assert "tracekit/read/kineto.py" in scale.FLOOR and "import tracekit" not in scale.FLOOR
+
+
+def test_the_streamed_floor_decodes_every_event_of_its_file(tmp_path):
+    # One file: a large trace's folder holds one. Its events are those of the whole document, a chunk at a time.
+    source = RUN / "rank-0.pt.trace.json.gz"
+    (tmp_path / source.name).write_bytes(source.read_bytes())
+    result = scale.measure(scale.STREAMED_FLOOR, {"dir": str(tmp_path), "chunk_events": 1000})  # 7 chunks
+    assert result["events"] == _events_in(tmp_path) > 1000
+    assert result["process_s"] > result["wall_s"] > 0 and result["cpu_s"] > 0
