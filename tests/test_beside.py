@@ -53,6 +53,20 @@ def test_a_child_that_dies_without_a_result_leaves_the_work_to_this_process():
     assert beside.start(dies_there, 21)() == (here, 42)
 
 
+def _sleeps():
+    import time
+    time.sleep(600)
+
+
+def test_a_result_never_asked_for_ends_its_child_when_dropped():
+    pending = beside.start(_sleeps)
+    pid = pending.child.pid
+    os.kill(pid, 0)  # running
+    del pending  # the caller failed before asking: nothing waits for the child any more
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 def test_with_another_thread_running_nothing_is_forked():
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)

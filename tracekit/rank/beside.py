@@ -5,13 +5,15 @@ cores idle. ``start(fn, *args)`` forks a process that runs ``fn(*args)`` while t
 function that waits for the result. The child sees the arguments through the fork (no copy is sent); only the
 result comes back, pickled. Where no fork can be made (another thread runs, or the platform has none), ``fn`` runs
 here when the result is asked for; where the child dies without a result (killed), it runs here then too. Either
-way the result is the one ``fn`` gives: where it ran changes no number.
+way the result is the one ``fn`` gives: where it ran changes no number. A child whose result is never asked for (the
+caller failed first) is ended when the function returned is dropped, so it holds no memory after.
 """
 
 from __future__ import annotations
 
 import os
 import traceback
+import weakref
 from typing import Any, Callable
 
 from tracekit import stageclock
@@ -46,22 +48,35 @@ def start(fn: Callable[..., Any], *args) -> Callable[[], Any]:
     finally:
         _JOB.clear()
     send.close()
+    return _Pending(child, receive, fn, args)
 
-    def result():
+
+class _Pending:
+    """The result of a forked ``fn(*args)``, waited for when called."""
+
+    def __init__(self, child, receive, fn, args) -> None:
+        self.child, self.receive, self.fn, self.args = child, receive, fn, args
+        self._end = weakref.finalize(self, _end, child, receive)
+
+    def __call__(self):
         try:
-            status, value, records = receive.recv()
+            status, value, records = self.receive.recv()
         except EOFError:  # the child ended without a result (killed, or out of memory): the stage runs here
-            child.join()
-            return fn(*args)
-        finally:
-            receive.close()
-        child.join()
+            self._end()
+            return self.fn(*self.args)
+        self._end()
         stageclock.add(records)
         if status == "error":
             raise value
         return value
 
-    return result
+
+def _end(child, receive) -> None:
+    """Close the pipe and reap the child; one still running (its result no longer wanted) is killed first."""
+    receive.close()
+    if child.is_alive():
+        child.kill()
+    child.join()
 
 
 def _child() -> None:
