@@ -114,18 +114,19 @@ class EventStream:
         array holds something that is not an object."""
         state = np.array([0, 0, self.depth, self.depth], dtype=np.int64)  # in string, escaped, depth, target depth
         out = np.empty(_ENDS, dtype=np.int64)
-        scanned, ends, first = 0, [], True
+        scanned, ends, first = 0, np.empty(0, dtype=np.int64), True
         while True:
             view = np.frombuffer(self.buf, dtype=np.uint8)
             found, closed, scanned = _scan(view, scanned, state, out)
             del view
-            ends.extend(out[:found].tolist())
-            while len(ends) >= self.chunk_events or (closed >= 0 and ends):
-                take = ends[:self.chunk_events]
-                yield self._piece(take[-1] + 1, first)
-                first, cut = False, take[-1] + 1
+            ends = np.concatenate([ends, out[:found]])  # positions in ``buf`` of the objects' closing braces
+            while len(ends) >= self.chunk_events or (closed >= 0 and len(ends)):
+                take = min(len(ends), self.chunk_events)
+                cut = int(ends[take - 1]) + 1
+                yield self._piece(cut, first)
+                first = False
                 self._drop(cut)
-                ends = [e - cut for e in ends[len(take):]]
+                ends = ends[take:] - cut
                 scanned -= cut
                 closed = closed - cut if closed >= 0 else closed
             if closed >= 0:
@@ -162,24 +163,38 @@ class EventStream:
         return self.head + b"]" + bytes(self.tail)
 
 
+# The bytes the scan stops at: a quote, a backslash and the brackets. Every other byte (most of a trace) is passed
+# over by one table lookup.
+_SPECIAL = np.zeros(256, dtype=np.bool_)
+_SPECIAL[np.frombuffer(b'"\\{}[]', dtype=np.uint8)] = True
+
+
 @njit(cache=True, nogil=True)
 def _scan(buf, begin, state, ends):
     """Scan ``buf[begin:]`` inside the events array: the index of every object's closing brace at the array's
     depth goes to ``ends``, until ``ends`` is full. Returns (ends found, index of the array's closing bracket or -1,
-    where the scan stopped); ``state`` carries the tokenizer across calls."""
+    where the scan stopped); ``state`` carries the tokenizer across calls (a backslash that ends ``buf`` escapes the
+    first byte of the next call's)."""
     in_str, esc, depth, target = state[0], state[1], state[2], state[3]
-    found = 0
-    for i in range(begin, len(buf)):
+    special = _SPECIAL
+    found, n, i = 0, len(buf), begin
+    if esc and i < n:
+        esc, i = 0, i + 1
+    while i < n:
         if found == len(ends):
             state[0], state[1], state[2] = in_str, esc, depth
             return found, -1, i
         c = buf[i]
+        if not special[c]:
+            i += 1
+            continue
         if in_str:
-            if esc:
-                esc = 0
-            elif c == 92:  # backslash
-                esc = 1
-            elif c == 34:  # quote
+            if c == 92:  # backslash: the next byte is escaped, whatever it is
+                if i + 1 == n:
+                    esc = 1
+                i += 2
+                continue
+            if c == 34:  # quote
                 in_str = 0
         elif c == 34:
             in_str = 1
@@ -193,8 +208,9 @@ def _scan(buf, begin, state, ends):
             elif depth < target:
                 state[0], state[1], state[2] = in_str, esc, depth
                 return found, i, i
+        i += 1
     state[0], state[1], state[2] = in_str, esc, depth
-    return found, -1, len(buf)
+    return found, -1, n
 
 
 def _find_events(buf: bytearray) -> tuple[int, int]:
