@@ -4,15 +4,24 @@ the same result as in one process, errors raised here, and the stage done here w
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 
 import pandas as pd
 import pytest
 
 from tracekit import stageclock
+from tracekit.errors import DuplicateRankError, NotJSONError, TraceReadError
 from tracekit.events.config import Config
 from tracekit.rank import analyze, beside
+from tracekit.read import parallel
 
 RANKS = ["sample_traces/gpt-gloo-2rank/rank-0.pt.trace.json.gz",
          "sample_traces/resnet-gloo-2rank-memory/rank-1.pt.trace.json.gz",
@@ -127,3 +136,120 @@ def test_without_memory_to_spare_the_stage_runs_here(monkeypatch):
     monkeypatch.setattr(beside, "start", lambda *a: pytest.fail("forked without memory to spare"))
     result = analyze.analyze_rank(RANKS[0], Config(), decode_workers=2)
     assert len(result.ops)
+
+
+def _raises_read_error():
+    raise NotJSONError("runs/rank-3.json", "not valid JSON (bad byte)", 3)
+
+
+def test_tracekits_own_errors_come_back_whole_with_where_they_were_raised():
+    with pytest.raises(NotJSONError) as caught:
+        beside.start(_raises_read_error)()
+    err = caught.value
+    assert (err.path, err.problem, err.rank) == ("runs/rank-3.json", "not valid JSON (bad byte)", 3)
+    assert any("_raises_read_error" in note for note in err.__notes__)
+    for made in (NotJSONError("p", "x", 1), TraceReadError("p", "x"), DuplicateRankError(2, "a", "b")):
+        again = pickle.loads(pickle.dumps(made))
+        assert type(again) is type(made) and str(again) == str(made) and again.__dict__ == made.__dict__
+
+
+class _TwoArgs(Exception):
+    def __init__(self, path, problem):
+        super().__init__(f"{path}: {problem}")
+
+
+def _raises_two_args():
+    raise _TwoArgs("rank-0.json", "bad op table")
+
+
+def test_an_error_that_cannot_come_back_as_itself_comes_back_as_its_text():
+    with pytest.raises(RuntimeError, match="_TwoArgs: rank-0.json: bad op table"):
+        beside.start(_raises_two_args)()
+
+
+def _big():
+    return os.getpid(), b"x" * 20_000_000
+
+
+def test_a_child_killed_while_it_sends_leaves_the_work_to_this_process():
+    pending = beside.start(_big)
+    time.sleep(2)  # the child is blocked in its send: nothing reads the pipe yet
+    os.kill(pending.child.pid, signal.SIGKILL)
+    pid, data = pending()
+    assert pid == os.getpid() and len(data) == 20_000_000
+
+
+def test_a_child_whose_parent_dies_does_not_wait_forever():
+    script = textwrap.dedent("""
+        import os, signal, time
+        from tracekit.rank import beside
+        def work():
+            time.sleep(1)
+            return b"r" * 1_000_000
+        pending = beside.start(work)
+        print(pending.child.pid, flush=True)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid), "the child outlived its parent, blocked on its send"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+class _NoFork:
+    def Pipe(self, duplex):
+        return multiprocessing.Pipe(duplex)
+
+    def Process(self, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+
+def test_where_no_fork_can_be_made_the_work_runs_here(monkeypatch):
+    monkeypatch.setattr(beside, "context", lambda: _NoFork())
+    assert beside.start(_pid_and, 3)() == (os.getpid(), 3)
+
+
+def _fork_context_in_a_daemon(queue):
+    queue.put(parallel.context() is None)
+
+
+def test_a_daemonic_process_forks_no_children():
+    queue = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(target=_fork_context_in_a_daemon, args=(queue,), daemon=True)
+    child.start()
+    assert queue.get(timeout=30) is True
+    child.join()
+
+
+def test_a_container_limit_lowers_what_is_to_spare(tmp_path):
+    with open("/proc/self/cgroup") as f:
+        lines = [line.strip().split(":", 2) for line in f]
+    v2 = next((p for h, c, p in lines if h == "0" and c == ""), None)
+    v1 = next((p for h, c, p in lines if "memory" in c.split(",")), None)
+    assert v1 is not None or v2 is not None
+    if v2 is not None:
+        folder = tmp_path / v2.lstrip("/")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "memory.max").write_text("3000000000\n")
+        (folder / "memory.current").write_text("1000000000\n")
+        assert beside._cgroup_left(str(tmp_path)) == 2_000_000_000
+        (folder / "memory.max").write_text("max\n")
+    if v1 is not None:
+        folder = tmp_path / "memory" / v1.lstrip("/")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+        (folder / "memory.usage_in_bytes").write_text("500\n")
+        assert beside._cgroup_left(str(tmp_path)) is None
+        (folder / "memory.limit_in_bytes").write_text("4000\n")
+        assert beside._cgroup_left(str(tmp_path)) == 3500

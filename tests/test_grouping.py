@@ -99,3 +99,14 @@ def test_group_numbers_equal_pandas_ngroup(rows, sort, dropna, order):
     for columns in (["rank"], ["name"], ["rank", "name", "dims"], ["big", "name"], ["dims", "big", "rank"]):
         expected = keys[columns].groupby(columns, observed=True, sort=sort, dropna=dropna).ngroup()
         np.testing.assert_array_equal(group_numbers(keys[columns], sort, dropna), expected.fillna(-1).to_numpy())
+
+
+def test_keys_whose_codes_pass_one_int64_are_left_to_pandas():
+    # Five keys of 65,536 categories: 65,537**5 combinations do not fit one int64 (sorted, the joined number would
+    # wrap and put the groups out of order).
+    rng = np.random.default_rng(0)
+    keys = pd.DataFrame({f"k{i}": pd.Categorical.from_codes(rng.integers(0, 2**16, 3), categories=pd.RangeIndex(2**16))
+                         for i in range(5)})
+    assert group_numbers(keys, sort=True, dropna=False) is None
+    expected = keys.groupby(list(keys), observed=True, sort=True, dropna=False).ngroup().to_numpy()
+    np.testing.assert_array_equal(Groups(keys, sort=True, dropna=False).gid, expected)

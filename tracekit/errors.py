@@ -29,6 +29,9 @@ class TraceReadError(TracekitError):
         where = self.path if rank is None else f"{self.path} (rank {rank})"
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self):  # pickled as its arguments, so it crosses to and from worker processes whole
+        return type(self), (self.path, self.problem, self.rank), self.__dict__
+
 
 class TruncatedTraceError(TraceReadError):
     """The gzip stream ends early or is corrupt."""
@@ -56,8 +59,11 @@ class DuplicateRankError(TracekitError):
     """Two files claim the same rank; tracekit never lets one overwrite the other."""
 
     def __init__(self, rank: int, first: object, second: object) -> None:
-        self.rank = rank
+        self.rank, self.first, self.second = rank, str(first), str(second)
         super().__init__(f"rank {rank} appears in two files: {first} and {second}")
+
+    def __reduce__(self):
+        return type(self), (self.rank, self.first, self.second), self.__dict__
 
 
 class RankUnknownError(TraceReadError):

@@ -12,6 +12,7 @@ caller failed first) is ended when the function returned is dropped, so it holds
 from __future__ import annotations
 
 import os
+import pickle
 import traceback
 import weakref
 from typing import Any, Callable
@@ -23,16 +24,53 @@ _JOB: list = []  # the job of the child about to be forked: set just before the 
 
 
 def memory_allows(need_bytes: float) -> bool:
-    """Whether the machine has ``need_bytes`` to spare twice over (``MemAvailable``, Linux): a child's working
-    memory comes on top of this process's. Unknown (no /proc/meminfo) counts as no."""
+    """Whether ``need_bytes`` are to spare twice over: a child's working memory comes on top of this process's. What
+    is to spare: the machine's ``MemAvailable`` (Linux), or less where this process's cgroup (a container) has a
+    lower limit left. Unknown (no /proc/meminfo) counts as none."""
+    available = _meminfo_available()
+    if available is None:
+        return False
+    left = _cgroup_left()
+    return min(available, left if left is not None else available) >= 2 * need_bytes
+
+
+def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo", "rb") as f:
             for line in f:
                 if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024 >= 2 * need_bytes
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return False
+    return None
+
+
+def _cgroup_left(root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process's cgroup (a container) may still use: its limit less its usage, from cgroup v2
+    (``memory.max``, ``memory.current``) or v1 (``memory/.../memory.limit_in_bytes``, ``memory.usage_in_bytes``);
+    None where it has no limit or none can be read."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
+        return None
+    for hierarchy, controllers, path in lines:
+        if hierarchy == "0" and controllers == "":
+            files = (os.path.join(root, path.lstrip("/")), "memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            files = (os.path.join(root, "memory", path.lstrip("/")), "memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        try:
+            with open(os.path.join(files[0], files[1])) as f:
+                limit = f.read().strip()
+            if limit == "max" or int(limit) >= 2**62:  # v1 writes no limit as a number near 2**63
+                continue
+            with open(os.path.join(files[0], files[2])) as f:
+                return max(int(limit) - int(f.read().strip()), 0)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def start(fn: Callable[..., Any], *args) -> Callable[[], Any]:
@@ -41,13 +79,16 @@ def start(fn: Callable[..., Any], *args) -> Callable[[], Any]:
     if fork is None:
         return lambda: fn(*args)
     receive, send = fork.Pipe(duplex=False)
-    _JOB.append((fn, args, send))
+    _JOB.append((fn, args, send, receive))
     try:
         child = fork.Process(target=_child, name="tracekit-beside", daemon=True)
         child.start()
+    except OSError:  # no fork to be had (no memory for it, the process limit): the stage runs here
+        receive.close()
+        return lambda: fn(*args)
     finally:
         _JOB.clear()
-    send.close()
+        send.close()
     return _Pending(child, receive, fn, args)
 
 
@@ -59,11 +100,12 @@ class _Pending:
         self._end = weakref.finalize(self, _end, child, receive)
 
     def __call__(self):
+        fn, args, self.fn, self.args = self.fn, self.args, None, None  # the arguments go with this call
         try:
             status, value, records = self.receive.recv()
-        except EOFError:  # the child ended without a result (killed, or out of memory): the stage runs here
+        except (EOFError, OSError):  # the child ended without a whole result (killed, out of memory): run here
             self._end()
-            return self.fn(*self.args)
+            return fn(*args)
         self._end()
         stageclock.add(records)
         if status == "error":
@@ -80,16 +122,32 @@ def _end(child, receive) -> None:
 
 
 def _child() -> None:
-    fn, args, send = _JOB[0]
+    fn, args, send, receive = _JOB[0]
+    receive.close()  # the parent's end: with it closed here, a send to a parent that died fails instead of waiting
     stageclock.take()  # the parent's records, copied by the fork, are the parent's to report
     try:
         message = ("ok", fn(*args))
     except BaseException as err:  # noqa: BLE001 - every error goes back to the parent, which raises it
-        message = ("error", err)
+        err.add_note("raised in the process beside the rank's analysis:\n" + "".join(traceback.format_tb(
+            err.__traceback__)))
+        message = ("error", err if _round_trips(err) else RuntimeError(
+            "a stage run beside the analysis failed: " + "".join(traceback.format_exception(err))))
     try:
         send.send((*message, stageclock.take()))
-    except Exception:  # noqa: BLE001 - an error (or result) that does not pickle: its text goes back instead
-        text = "".join(traceback.format_exception(message[1])) if message[0] == "error" else "its result"
-        send.send(("error", RuntimeError(f"a stage run beside the analysis could not send back: {text}"), ()))
+    except BrokenPipeError:  # the parent is gone
+        pass
+    except Exception:  # noqa: BLE001 - a result that does not pickle: what it was goes back instead
+        send.send(("error", RuntimeError(f"a stage run beside the analysis could not send back its result "
+                                         f"({type(message[1]).__name__})"), ()))
     send.close()
     os._exit(0)  # no exit handlers: they belong to the parent (its temporary folders, its pools)
+
+
+def _round_trips(err: BaseException) -> bool:
+    """Whether ``err`` pickles and unpickles (an exception whose ``__init__`` takes other arguments than its
+    ``args`` does not, unless it says how: ``tracekit.errors``' do)."""
+    try:
+        pickle.loads(pickle.dumps(err))
+    except Exception:  # noqa: BLE001 - any failure means it cannot go back as itself
+        return False
+    return True

@@ -105,6 +105,7 @@ def _picklable(value) -> bool:
 def context():
     """The fork context where forking is safe (a single-threaded process where fork exists: helpers start in
     milliseconds, imports done, and the caller's main module is not imported again), else None."""
-    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+    if ("fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+            and not multiprocessing.current_process().daemon):  # a daemonic process may not have children
         return multiprocessing.get_context("fork")
     return None
