@@ -197,6 +197,35 @@ def test_the_engine_gives_each_file_the_cores_left(tmp_path, monkeypatch, files,
     assert seen == [decode] * files
 
 
+@pytest.mark.parametrize("workers, can_fork, bytes_from, gz, pool", [
+    (None, False, 10_000, False, False),  # threads here, default workers, a small run: read here, no pool
+    (2, False, 10_000, False, True),  # workers asked for: the pool, whatever the size
+    (None, True, 10_000, False, True),  # a forked pool starts in milliseconds: always used
+    (None, False, 300, False, True),  # more JSON than the start-up costs: the pool
+    (None, False, 3_000, True, True),  # the same files gzipped count 12x their size on disk
+    (None, False, 3_000, False, False),  # ... and as plain JSON they are small
+])
+def test_a_pool_that_cannot_fork_starts_only_for_a_run_worth_its_start(tmp_path, monkeypatch, workers, can_fork,
+                                                                       bytes_from, gz, pool):
+    paths = [write_trace(tmp_path / f"rank{i}.json{'.gz' if gz else ''}", [kernel("k", 0, 5)], rank=i, gz=gz)
+             for i in range(2)]
+    json_bytes = sum(p.stat().st_size * (engine.GZIP_RATIO if gz else 1) for p in paths)
+    assert (json_bytes >= bytes_from) == (pool and workers is None and not can_fork)  # each case on the side it names
+    started = []
+
+    class Pool(_InProcess):
+        def __init__(self, max_workers, mp_context=None):
+            started.append(max_workers)
+
+    monkeypatch.setattr(engine, "UNFORKED_POOL_FROM_BYTES", bytes_from)
+    monkeypatch.setattr(engine, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(engine, "fork_context", lambda: multiprocessing.get_context("fork") if can_fork else None)
+    outcomes = [None] * 2
+    engine._run_local(paths, engine.Config(), None, engine.EngineOptions(workers=workers), [0, 1], outcomes, lambda: None, None, [None, None])
+    assert started == ([2] if pool else [])
+    assert [o.meta.rank for o in outcomes] == [0, 1]  # read either way
+
+
 class _InProcess:
     """A ProcessPoolExecutor stand-in that runs each task at once, here (so the test can see its arguments)."""
 

@@ -35,6 +35,14 @@ ENGINES = ("local", "dask")
 Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
 
 
+# A pool that cannot be forked (another thread runs here: a notebook, the viewer, a test runner) starts fresh
+# interpreters that import tracekit, about 1 to 3 s on 2 cores; analysing a rank here runs at about 30 to 45 MB of
+# trace JSON a second (CPU-only ranks are the slowest). With the default workers, such a pool is started only for
+# more JSON than that start-up buys back on 2 cores; a forked pool starts in milliseconds and is always used.
+UNFORKED_POOL_FROM_BYTES = 128 * 2**20
+GZIP_RATIO = 12  # JSON bytes per gzip byte assumed for a .gz trace (Kineto's compress 12x to 17x)
+
+
 def default_workers() -> int:
     """The cores this process may run on."""
     try:
@@ -48,7 +56,8 @@ class EngineOptions:
     """Where and how per-rank work runs.
 
     kind: ``"local"`` (this machine) or ``"dask"`` (an existing Dask cluster).
-    workers: local processes; ``None`` is one per core, ``1`` runs everything in this process.
+    workers: local processes; ``None`` is one per core (but this process alone where the pool could not be forked
+      and the run is small: ``UNFORKED_POOL_FROM_BYTES``), ``1`` runs everything in this process.
     client: for ``"dask"``: a ``distributed.Client``, or a scheduler address such as ``"tcp://host:8786"``.
     cache_dir: the Parquet cache folder, or ``None`` for no cache.
     cache_max_bytes: the cache folder is trimmed to this size after each run, least recently used entries first.
@@ -188,6 +197,8 @@ class _Ticker:
 def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
     cores = options.workers or default_workers()
     workers = min(cores, len(files))
+    if options.workers is None and workers > 1 and fork_context() is None and _small(files):
+        workers = 1
     decode = max(1, cores // len(files))  # fewer files than workers: the rest decode chunks of large ones
     if workers == 1:
         for file, slot, key in zip(files, slots, keys):
@@ -210,6 +221,21 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
             for future in pending:
                 future.cancel()
             raise
+
+
+def _small(files) -> bool:
+    """Whether ``files`` hold too little JSON for an unforked pool to pay for its start (UNFORKED_POOL_FROM_BYTES).
+    A URL's size is not asked for: unknown, it counts as large."""
+    total = 0
+    for file in files:
+        if is_url(file):
+            return False
+        try:
+            size = os.path.getsize(file)
+        except OSError:  # its read names the problem
+            continue
+        total += size * (GZIP_RATIO if str(file).endswith(".gz") else 1)
+    return total < UNFORKED_POOL_FROM_BYTES
 
 
 def _raise_if_fatal(value, skip_unreadable: bool = False) -> None:
