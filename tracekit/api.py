@@ -51,9 +51,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
       window: the time metrics cover; see ``tracekit.Config``.
       step_pattern: a regex; each host annotation whose name it matches (``re.search``) is a step, in place of
         ProfilerStep. None: ProfilerStep, else an engine's own step annotations (``Config.step_pattern``).
-      workers: processes that read ranks in parallel (local engine); default one per core, 1 for none. By default a
-        small run read from a process with other threads (a notebook, the viewer) is read in this process, where
-        starting a pool would cost more than it saves (``tracekit.rank.engine.UNFORKED_POOL_FROM_BYTES``).
+      workers: processes that read ranks in parallel (local engine); default one per core (a small run in a process
+        with other threads: this one, ``engine.UNFORKED_POOL_FROM_BYTES``), 1 for none.
       engine: ``"local"`` (this machine) or ``"dask"`` (the ranks are Dask tasks on the cluster of ``client``).
       client: for ``engine="dask"``: a ``distributed.Client`` or a scheduler address (``"tcp://host:8786"``).
       cache: keep per-rank results in a Parquet cache, so a second summary of an unchanged run is fast.
