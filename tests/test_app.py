@@ -31,6 +31,7 @@ from app import fmt, paths  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
 from tracekit.render import charts, charts_ops, charts_roofline  # noqa: E402
 from test_charts_ops import write_memory_run  # noqa: E402
+from frame_equal import assert_frame_equal
 
 MAIN = str(REPO / "app" / "main.py")
 PAGES = ("overview", "ranks", "communication", "idle", "timeline", "compare", "ops", "memory")
@@ -70,8 +71,8 @@ def same_table(shown: pd.DataFrame, expected: pd.DataFrame, na: pd.DataFrame | N
     def plain(df: pd.DataFrame) -> pd.DataFrame:
         df = df.reset_index(drop=True).astype(object)
         return df.where(df.notna(), None)
-    pd.testing.assert_frame_equal(plain(shown), plain(expected if numbers else fmt.shown(expected, na)),
-                                  check_dtype=False)
+    assert_frame_equal(plain(shown), plain(expected if numbers else fmt.shown(expected, na)),
+                       check_dtype=False)
 
 
 def figures(at: AppTest) -> list[dict]:

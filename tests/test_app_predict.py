@@ -17,6 +17,7 @@ from tracekit.render import charts_run
 from tracekit.summary.model import Summary
 from tracedata import cpu, launch, write_trace
 from viewer_runs import REPO, SAMPLES, write_tiny_run
+from frame_equal import assert_frame_equal
 
 C0, C1 = charts_run.lane(0, "collectives"), charts_run.lane(1, "collectives")
 P0, P1 = charts_run.lane(0, "critical path"), charts_run.lane(1, "critical path")
@@ -211,7 +212,7 @@ def test_the_whatif_page_shows_the_replay(root, monkeypatch, run):
     at = open_page(root, monkeypatch, run, "whatif")
     assert at.title[0].value == "What if"
     shown = at.dataframe[0].value
-    pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
+    assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
     assert list(shown["scenario"]) == list(tracekit.predict.scenarios.SCENARIOS)
     assert not at.warning  # every scenario predicted: no reason to give
     bars = json.loads(at.get("plotly_chart")[0].proto.spec)

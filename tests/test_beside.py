@@ -22,6 +22,7 @@ from tracekit.errors import DuplicateRankError, NotJSONError, TraceReadError
 from tracekit.events.config import Config
 from tracekit.rank import analyze, beside
 from tracekit.read import parallel
+from frame_equal import assert_frame_equal
 
 RANKS = ["sample_traces/gpt-gloo-2rank/rank-0.pt.trace.json.gz",
          "sample_traces/resnet-gloo-2rank-memory/rank-1.pt.trace.json.gz",
@@ -103,7 +104,7 @@ def _same(a, b) -> None:
             continue
         x, y = getattr(a, f.name), getattr(b, f.name)
         if isinstance(x, pd.DataFrame):
-            pd.testing.assert_frame_equal(x, y, check_exact=True, obj=f.name)
+            assert_frame_equal(x, y, check_exact=True, obj=f.name)
         else:
             assert x == y, f.name
 

@@ -17,6 +17,7 @@ from tracekit.rank import cache
 from tracekit.rank import engine
 from tracekit.events.config import Config
 from tracekit.rank.analyze import RankResult, analyze_rank
+from frame_equal import assert_frame_equal
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-2rank"
@@ -28,7 +29,7 @@ def _assert_same_result(a, b) -> None:
     for f in dataclasses.fields(a):
         left, right = getattr(a, f.name), getattr(b, f.name)
         if isinstance(left, pd.DataFrame):
-            pd.testing.assert_frame_equal(left, right, obj=f.name)
+            assert_frame_equal(left, right, obj=f.name)
         else:
             assert left == right and type(left) is type(right), f.name
 
@@ -59,8 +60,8 @@ def test_second_summary_comes_from_the_cache(tmp_path, monkeypatch):
 
     monkeypatch.setattr(engine, "analyze_rank", no_parsing)
     second = tracekit.summarize(run, workers=1, cache_dir=tmp_path / "cache")
-    pd.testing.assert_frame_equal(first.ranks, second.ranks)
-    pd.testing.assert_frame_equal(first.collectives, second.collectives)
+    assert_frame_equal(first.ranks, second.ranks)
+    assert_frame_equal(first.collectives, second.collectives)
     assert sorted(p.name for p in run.iterdir()) == before  # nothing written beside the traces
 
 
@@ -74,8 +75,8 @@ def test_a_changed_file_misses_the_cache(tmp_path):
     shutil.copy(replacement, run / "rank-1.pt.trace.json.gz")
     cached = tracekit.summarize(run, workers=1, cache_dir=store)
     fresh = tracekit.summarize(run, workers=1, cache=False)
-    pd.testing.assert_frame_equal(cached.ranks, fresh.ranks)
-    pd.testing.assert_frame_equal(cached.steps, fresh.steps)
+    assert_frame_equal(cached.ranks, fresh.ranks)
+    assert_frame_equal(cached.steps, fresh.steps)
 
 
 def test_same_size_touched_file_misses_the_cache(tmp_path):
@@ -94,7 +95,7 @@ def test_options_are_part_of_the_key(tmp_path):
     assert len(keys) == 4
     windowed = tracekit.summarize(GLOO_RUN, window="trace", cache_dir=tmp_path)
     assert windowed.run.window == "trace"
-    pd.testing.assert_frame_equal(windowed.ranks, tracekit.summarize(GLOO_RUN, window="trace", cache=False).ranks)
+    assert_frame_equal(windowed.ranks, tracekit.summarize(GLOO_RUN, window="trace", cache=False).ranks)
 
 
 def test_a_corrupt_entry_is_a_miss_and_is_recomputed(tmp_path):
@@ -106,7 +107,7 @@ def test_a_corrupt_entry_is_a_miss_and_is_recomputed(tmp_path):
         table.write_bytes(b"not parquet")
     assert store.get(key) is None
     fresh = tracekit.summarize(path, workers=1, cache=False)
-    pd.testing.assert_frame_equal(tracekit.summarize(path, workers=1, cache_dir=tmp_path).ranks, fresh.ranks)
+    assert_frame_equal(tracekit.summarize(path, workers=1, cache_dir=tmp_path).ranks, fresh.ranks)
 
 
 def test_an_unwritable_cache_warns_and_still_summarizes(tmp_path):
@@ -114,7 +115,7 @@ def test_an_unwritable_cache_warns_and_still_summarizes(tmp_path):
     blocked.write_text("")
     with pytest.warns(UserWarning, match="cache entry not written"):
         result = tracekit.summarize(GLOO_RUN, workers=1, cache_dir=blocked)
-    pd.testing.assert_frame_equal(result.ranks, tracekit.summarize(GLOO_RUN, workers=1, cache=False).ranks)
+    assert_frame_equal(result.ranks, tracekit.summarize(GLOO_RUN, workers=1, cache=False).ranks)
 
 
 def test_default_folder_is_in_the_home_cache():

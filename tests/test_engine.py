@@ -24,6 +24,7 @@ from tracekit.events.config import Config
 from tracekit.rank.engine import EngineOptions
 from tracekit.read.reader import ReadOptions
 from tracedata import kernel, write_trace
+from frame_equal import assert_frame_equal
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-4rank"
@@ -36,7 +37,7 @@ def assert_same_summary(a: tracekit.Summary, b: tracekit.Summary, same_paths: bo
     for f in dataclasses.fields(a):
         left, right = getattr(a, f.name), getattr(b, f.name)
         if isinstance(left, pd.DataFrame):
-            pd.testing.assert_frame_equal(left, right, obj=f.name)
+            assert_frame_equal(left, right, obj=f.name)
         elif f.name == "run" and not same_paths:
             skip = {"source", "files", "skipped", "workload"}  # api.read_run_json reads local folders only
             left, right = _plain(left.to_dict()), _plain(right.to_dict())
@@ -174,8 +175,8 @@ def _no_whole_read(path, *args, **kwargs):
 
 def _same_read(a, b) -> None:
     assert a[0] == b[0]
-    pd.testing.assert_frame_equal(a[1], b[1])
-    pd.testing.assert_frame_equal(a[2], b[2])
+    assert_frame_equal(a[1], b[1])
+    assert_frame_equal(a[2], b[2])
 
 
 @pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
@@ -193,13 +194,26 @@ def test_chunked_and_general_decoding_read_the_same(path, monkeypatch):
     _same_read(fast, reader.read_rank(path, default_rank=0))
 
 
+_ANALYZED: dict = {}
+
+
+def _analyzed(path):
+    """``analyze_rank(path)`` with the defaults, once per file for the module (its read does not depend on the
+    test's options)."""
+    if path not in _ANALYZED:
+        _ANALYZED[path] = rank.analyze_rank(path, Config(), default_rank=0)
+    return _ANALYZED[path]
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
 @pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
 def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked):
     """analyze_rank reads a GPU trace without the CPU ops its analysis never looks at; every result is the same."""
     options = CHUNKED if chunked else ReadOptions()
-    meta, events, comm_args = reader.read_rank(path, default_rank=0, options=options)
-    lean = reader.read_rank(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
+    whole = reader.read_tables(path, default_rank=0, options=options)
+    lean_tables = reader.read_tables(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
+    meta, events, comm_args = whole.meta, whole.events, whole.comm_args  # read_rank's three
+    lean = lean_tables.meta, lean_tables.events, lean_tables.comm_args
     assert lean[0] == meta  # dropped events and the first usable start count every event
 
     cpu_op = (events["cat"] == "cpu_op").to_numpy()
@@ -212,19 +226,17 @@ def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked):
     else:  # ops in chunks before the first device event are kept
         assert len(events) - len(lean[1]) <= unread.sum()
 
-    whole = reader.read_tables(path, default_rank=0, options=options)
-    lean_tables = reader.read_tables(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
     # The ops table is read before the host-op filter: the same with it or without.
-    pd.testing.assert_frame_equal(whole.ops, lean_tables.ops)
+    assert_frame_equal(whole.ops, lean_tables.ops)
     full = rank.reduce_rank(meta, events, comm_args, Config(), whole.ops, whole.memory)
-    results = [rank.analyze_rank(path, Config(), default_rank=0)]  # reads whole, leaving host ops out
+    results = [_analyzed(path)]  # reads whole, leaving host ops out
     if chunked:
         results.append(rank.reduce_rank(*lean, Config(), lean_tables.ops, lean_tables.memory))
     for result in results:
         for f in dataclasses.fields(full):
             left, right = getattr(full, f.name), getattr(result, f.name)
             if isinstance(left, pd.DataFrame):
-                pd.testing.assert_frame_equal(left, right, obj=f.name)
+                assert_frame_equal(left, right, obj=f.name)
             else:
                 assert left == right, f.name
 

@@ -18,6 +18,7 @@ from tracekit.findings import fsdp_findings
 
 ROOT = Path(__file__).resolve().parents[1]
 from tracekit.schema import FSDP_COLUMNS
+from frame_equal import assert_frame_equal
 
 GLOO = 9  # gloo's worker thread; the training thread is 1
 NCCL_ARGS = {"Collective name": "_allgather_base", "dtype": "Float", "In msg nelems": 50, "Out msg nelems": 100,
@@ -127,7 +128,7 @@ def test_the_fsdp_table_survives_the_cache(fsdp2_run, tmp_path):
     cold = tracekit.summarize(fsdp2_run, window="all_steps", cache_dir=tmp_path / "cache", workers=1).fsdp
     warm = tracekit.summarize(fsdp2_run, window="all_steps", cache_dir=tmp_path / "cache", workers=1).fsdp
     assert any((tmp_path / "cache").rglob("fsdp.parquet"))
-    pd.testing.assert_frame_equal(cold, warm)
+    assert_frame_equal(cold, warm)
 
 
 def test_on_demand_gathers_give_the_prefetch_remedy(fsdp2_run):
@@ -289,8 +290,8 @@ def test_the_fsdp_page_shows_each_unit_and_the_findings(monkeypatch):
 
         y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
     assert y == pytest.approx(fwd.tolist())
-    pd.testing.assert_frame_equal(at.dataframe[1].value.reset_index(drop=True),
-                                  fmt.display_units(s.fsdp_totals()).reset_index(drop=True), check_dtype=False)
+    assert_frame_equal(at.dataframe[1].value.reset_index(drop=True),
+                       fmt.display_units(s.fsdp_totals()).reset_index(drop=True), check_dtype=False)
     boxes = [e.value for e in [*at.error, *at.warning, *at.info]]
     for finding in (x for x in s.findings if x.kind.startswith("fsdp_")):
         assert any(finding.message in b for b in boxes)
@@ -355,9 +356,9 @@ def test_the_compare_page_puts_ddp_beside_fsdp(monkeypatch):
     shown = at.dataframe[0].value
     expected = tracekit.compare(tracekit.summarize(REPO / DDP_RUN, cache=False),
                                 tracekit.summarize(REPO / FSDP_RUN, cache=False)).table
-    pd.testing.assert_frame_equal(shown.reset_index(drop=True).astype(object).where(shown.notna(), None),
-                                  expected.reset_index(drop=True).astype(object).where(expected.notna(), None),
-                                  check_dtype=False)
+    assert_frame_equal(shown.reset_index(drop=True).astype(object).where(shown.notna(), None),
+                       expected.reset_index(drop=True).astype(object).where(expected.notna(), None),
+                       check_dtype=False)
     assert "all_gather_MB_per_step" in set(shown["metric"])
 
 

@@ -18,6 +18,7 @@ import pytest
 import tracekit
 from tests.tracedata import cpu, kernel, launch, step, write_trace
 from tracekit.predict import replay
+from frame_equal import assert_frame_equal
 
 GEMM = {0: 30, 1: 60}
 
@@ -127,9 +128,9 @@ def test_graph_survives_the_cache(gpu_dir, gpu_run, tmp_path):
     first = tracekit.summarize(gpu_dir, cache_dir=tmp_path, workers=1)
     assert any(tmp_path.rglob("*.parquet"))
     again = tracekit.summarize(gpu_dir, cache_dir=tmp_path, workers=1)
-    pd.testing.assert_frame_equal(again.graph, gpu_run.graph)
-    pd.testing.assert_frame_equal(first.graph, gpu_run.graph)
-    pd.testing.assert_frame_equal(again.critical_path, gpu_run.critical_path)
+    assert_frame_equal(again.graph, gpu_run.graph)
+    assert_frame_equal(first.graph, gpu_run.graph)
+    assert_frame_equal(again.critical_path, gpu_run.critical_path)
     assert len(gpu_run.graph) == 2 * 18  # per rank: 3 step markers, an end marker, 2 x (3 launches, 1 sync, 3 kernels)
 
 

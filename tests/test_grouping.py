@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit.events.grouping import Groups, group_numbers
+from frame_equal import assert_frame_equal
 
 
 def _keys():
@@ -57,7 +58,7 @@ def test_every_reduction_equals_the_dataframe_groupby_to_the_last_bit(rows, sort
     grouped = frame.groupby(key, observed=True, sort=sort, dropna=dropna)
     expected = grouped["v"].sum(min_count=1).reset_index()
     g = Groups(frame[key], sort=sort, dropna=dropna)
-    pd.testing.assert_frame_equal(g.keys, expected[key])
+    assert_frame_equal(g.keys, expected[key])
     np.testing.assert_array_equal(g.sum(frame["v"].to_numpy(), min_count=1), expected["v"].to_numpy())
     np.testing.assert_array_equal(g.sum(frame["v"].to_numpy()), grouped["v"].sum().to_numpy())
     np.testing.assert_array_equal(g.all(frame["ok"].to_numpy()), grouped["ok"].all().to_numpy())

@@ -26,6 +26,7 @@ from tracekit.rank import cache, engine
 from tracekit.read.files import find_trace_files
 from tracekit.summary import arrowframe, offheap
 from tracekit.summary.model import EVENT_TABLES, Summary
+from frame_equal import assert_frame_equal
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces" / "hta"
@@ -51,7 +52,7 @@ def in_memory():
 def assert_tables_equal(off: Summary, reference: Summary) -> None:
     for name in EVENT_TABLES:
         left, right = getattr(off, name), getattr(reference, name)
-        pd.testing.assert_frame_equal(left, right, check_exact=True, obj=name)
+        assert_frame_equal(left, right, check_exact=True, obj=name)
         assert left.columns.dtype == right.columns.dtype and list(left.dtypes) == list(right.dtypes), name
 
 
@@ -297,8 +298,8 @@ def test_a_summary_made_of_frames_keeps_them_in_memory():
     gaps = pd.DataFrame({"rank": [0, 1], "dur_us": [1.5, np.nan]})
     s = Summary(ranks=pd.DataFrame({"rank": [0]}), steps=pd.DataFrame(), collectives=pd.DataFrame(), gaps=gaps)
     assert offheap.folder_of(s) is None and not mapped(s)
-    pd.testing.assert_frame_equal(s.gaps, gaps)
-    pd.testing.assert_frame_equal(pickle.loads(pickle.dumps(s)).gaps, gaps)
+    assert_frame_equal(s.gaps, gaps)
+    assert_frame_equal(pickle.loads(pickle.dumps(s)).gaps, gaps)
 
 
 def test_a_table_arrow_cannot_keep_exactly_stays_in_memory():
@@ -306,7 +307,7 @@ def test_a_table_arrow_cannot_keep_exactly_stays_in_memory():
     s = offheap.kept(Summary(ranks=pd.DataFrame(), steps=pd.DataFrame(), collectives=pd.DataFrame(), gaps=odd,
                              graph=pd.DataFrame({"rank": np.array([0, 1], dtype=np.int32)})))
     assert sorted(mapped(s)) == sorted(set(EVENT_TABLES) - {"gaps"})
-    pd.testing.assert_frame_equal(s.gaps, odd)
+    assert_frame_equal(s.gaps, odd)
     assert s.gaps["shapes"].tolist() == [[1, 2], [3]]
     assert s.graph["rank"].dtype == np.int32
 
@@ -335,7 +336,7 @@ def test_arrowframe_round_trips_exactly(name, tmp_path):
     batch = arrowframe.to_arrow(frame)
     offheap._write(tmp_path, {"t": frame})
     back = offheap.MappedTable(tmp_path / "t.arrow").frame()
-    pd.testing.assert_frame_equal(back, frame, check_exact=True)
+    assert_frame_equal(back, frame, check_exact=True)
     assert back.columns.dtype == frame.columns.dtype and list(back.dtypes) == list(frame.dtypes)
     for column in frame:
         if frame[column].dtype == object:  # None stays None (assert_frame_equal takes it for NaN)

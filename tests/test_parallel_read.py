@@ -21,6 +21,7 @@ from tracekit.rank import engine
 from tracekit.read import parallel, reader
 from tracekit.read.reader import ReadOptions
 from tests.tracedata import cpu, kernel, step, write_trace
+from frame_equal import assert_frame_equal
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces" / "hta"
@@ -49,7 +50,7 @@ def _tables(path, workers, host_ops=reads_host_op, chunk_events=2):
 def _assert_same(a, b):
     assert a.meta == b.meta
     for table in ("events", "comm_args", "ops", "memory"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table), check_exact=True, obj=table)
+        assert_frame_equal(getattr(a, table), getattr(b, table), check_exact=True, obj=table)
 
 
 def test_cpu_ops_are_left_out_from_the_chunk_with_the_first_device_event_on(tmp_path, helpers):
@@ -117,7 +118,7 @@ for path in sys.argv[1:]:
         chunk_above_bytes=0, chunk_events=2 if path.endswith("rank0.json") else 300, decode_workers=w)) for w in (1, 2))
     assert one.meta == two.meta
     for table in ("events", "comm_args", "ops", "memory"):
-        pd.testing.assert_frame_equal(getattr(one, table), getattr(two, table), check_exact=True)
+        assert_frame_equal(getattr(one, table), getattr(two, table), check_exact=True)
 print("pools", pools)
 """
 

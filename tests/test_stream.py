@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tracekit.read import reader, stream
 from tracekit.read.reader import ReadOptions
 from tests.tracedata import cpu, kernel, launch, step
+from frame_equal import assert_frame_equal
 
 STREAMED = ReadOptions(chunk_above_bytes=0, chunk_events=3)
 
@@ -33,7 +34,7 @@ def _same(path, monkeypatch, options=STREAMED):
         streamed = reader.read_tables(path, default_rank=0, options=options)
     assert streamed.meta == whole.meta
     for table in ("events", "comm_args", "ops", "memory"):
-        pd.testing.assert_frame_equal(getattr(streamed, table), getattr(whole, table), obj=table)
+        assert_frame_equal(getattr(streamed, table), getattr(whole, table), obj=table)
     return streamed
 
 
@@ -106,7 +107,7 @@ def test_any_names_any_cuts_read_the_same(tmp_path_factory, names, block, chunk)
     finally:
         stream.BLOCK_BYTES, reader.load_bytes, reader._read = old
     whole = reader.read_tables(path)
-    pd.testing.assert_frame_equal(streamed.events, whole.events)
+    assert_frame_equal(streamed.events, whole.events)
     assert list(streamed.ops["name"].astype(str)) == names
 
 

@@ -18,6 +18,7 @@ from tracekit.summary.facts import RunFacts
 from tracekit.summary.model import TABLES, Summary
 from tracekit.summary.overview import FINDING_COLUMNS, TOP_FINDINGS, headline
 from tracekit.summary.text import text_report
+from frame_equal import assert_frame_equal
 
 ROOT = Path(__file__).resolve().parents[1]
 HINT = "  print(summary) for the full report, summary.findings_table() for the findings"
@@ -184,7 +185,7 @@ def test_in_place_changes_through_any_table_leave_the_summary_as_it_was(which, r
     for name in names:
         change_in_place(getattr(s, name))
     for name in names:
-        pd.testing.assert_frame_equal(getattr(s, name), before[name], check_exact=True)
+        assert_frame_equal(getattr(s, name), before[name], check_exact=True)
         assert getattr(s, name).attrs == {} and getattr(s, name).index.name is None
     assert str(s) == text and s.to_json("all") == data
 
@@ -227,7 +228,7 @@ def test_the_dataclass_is_as_before(sample):
     s = hand_built()
     t = dataclasses.replace(s, findings=())
     assert t.findings == () and s.findings == findings()
-    pd.testing.assert_frame_equal(t.ranks, s.ranks)
+    assert_frame_equal(t.ranks, s.ranks)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.ranks = pd.DataFrame()
     assert sample.to_dict()["ranks"][0]["span_us"] == sample.ranks.loc[0, "span_us"]
