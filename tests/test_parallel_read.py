@@ -118,7 +118,7 @@ for path in sys.argv[1:]:
         chunk_above_bytes=0, chunk_events=2 if path.endswith("rank0.json") else 300, decode_workers=w)) for w in (1, 2))
     assert one.meta == two.meta
     for table in ("events", "comm_args", "ops", "memory"):
-        assert_frame_equal(getattr(one, table), getattr(two, table), check_exact=True)
+        pd.testing.assert_frame_equal(getattr(one, table), getattr(two, table), check_exact=True)
 print("pools", pools)
 """
 
