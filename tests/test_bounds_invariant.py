@@ -47,8 +47,8 @@ def assert_within_bounds(s):
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
-def test_every_real_trace_is_within_its_bounds(path):
-    assert_within_bounds(tracekit.summarize(path, cache=False))
+def test_every_real_trace_is_within_its_bounds(path, summaries):
+    assert_within_bounds(summaries(path))
 
 
 DEVICES = {"a100": [{"name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_198_045_184, "computeMajor": 8}],

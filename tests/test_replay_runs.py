@@ -17,7 +17,7 @@ RUNS = golden.runs()
 @pytest.mark.parametrize("window", ["drop_last", "all_steps"])
 @pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
 def test_the_baseline_is_the_measured_step_time(run, window, summaries):
-    s = summaries(run, window=window, workers=1, cache=False)
+    s = summaries(run, window=window)
     steps = s.steps[s.steps["in_window"].astype(bool)]
     measured = steps.groupby("rank")["step_us"].mean().mean()
     replayed = tracekit.whatif(s, ["baseline"]).loc[0, "step_time_us"]
@@ -32,7 +32,7 @@ def test_each_critical_path_adds_up_to_its_step(run, summaries):
     """The path of a step covers it, on the rank that ends it, from its start to the next step's (steps tile: the
     later of the next marker and the device work so far): time the trace links to nothing earlier is there as
     ``unknown``, not left out."""
-    s = summaries(run, window="all_steps", workers=1, cache=False)
+    s = summaries(run, window="all_steps")
     path, events = s.critical_path, s.critical_path_events
     if path.empty:
         return

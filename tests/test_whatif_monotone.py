@@ -120,8 +120,8 @@ def test_removing_work_never_lengthens_a_random_run():
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
-def test_removing_work_never_lengthens_a_real_run(run):
-    summary = tracekit.summarize(run, cache=False)
+def test_removing_work_never_lengthens_a_real_run(run, summaries):
+    summary = summaries(run)
     if summary.graph.empty:
         pytest.skip("no dependency graph")
     check_monotone(summary.graph, scenarios._window(summary.steps))
