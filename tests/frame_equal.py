@@ -2,7 +2,8 @@
 
 pandas compares a categorical column value by value in Python (about 6 us a value: seconds for a trace's event
 table). Where both columns have the same categories in the same order and the same codes, their values are the same,
-so both are compared as their codes; any other categorical column goes to pandas as it is, which then says what
+so both are compared as their codes (categories held as Python objects must also be of the same types: 1 equals 1.0
+and True, and pandas tells them apart); any other categorical column goes to pandas as it is, which then says what
 differs. Every other check (columns, index, dtypes, the other values, the options given) is pandas'."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def _same_categorical(a: pd.Series, b: pd.Series) -> bool:
         return False
     return (a.dtype.ordered == b.dtype.ordered and a.cat.categories.equals(b.cat.categories)
             and a.cat.categories.dtype == b.cat.categories.dtype
+            and (a.cat.categories.dtype != object or _types(a.cat.categories) == _types(b.cat.categories))
             and np.array_equal(a.cat.codes.to_numpy(), b.cat.codes.to_numpy()))
 
 
@@ -33,3 +35,7 @@ def _as_codes(frame: pd.DataFrame, columns: list) -> pd.DataFrame:
     for c in columns:
         frame[c] = frame[c].cat.codes
     return frame
+
+
+def _types(categories: pd.Index) -> list[type]:
+    return [type(value) for value in categories]

@@ -36,3 +36,13 @@ def test_unequal_values_under_equal_categories_and_codes_cannot_pass():
     assert left["name"].cat.codes.tolist() == right["name"].cat.codes.tolist() == [0, 0]
     with pytest.raises(AssertionError):
         assert_frame_equal(left, right)
+
+
+@pytest.mark.parametrize("other", [1.0, True])
+def test_object_categories_equal_in_value_but_not_in_type_fail_as_in_pandas(other):
+    left = pd.DataFrame({"c": pd.Categorical([1, "a"], categories=pd.Index([1, "a"], dtype=object))})
+    right = pd.DataFrame({"c": pd.Categorical([other, "a"], categories=pd.Index([other, "a"], dtype=object))})
+    with pytest.raises(AssertionError):
+        pd.testing.assert_frame_equal(left, right)
+    with pytest.raises(AssertionError):
+        assert_frame_equal(left, right)

@@ -204,14 +204,30 @@ def test_the_engine_gives_each_file_the_cores_left(tmp_path, monkeypatch, files,
     (None, True, 10_000, False, True),  # a forked pool starts in milliseconds: always used
     (None, False, 300, False, True),  # more JSON than the start-up costs: the pool
     (None, False, 3_000, True, True),  # the same files gzipped count 12x their size on disk
+    (None, False, 3_000, "in a .json name", True),  # gzip known by its bytes, not its name
     (None, False, 3_000, False, False),  # ... and as plain JSON they are small
 ])
 def test_a_pool_that_cannot_fork_starts_only_for_a_run_worth_its_start(tmp_path, monkeypatch, workers, can_fork,
                                                                        bytes_from, gz, pool):
-    paths = [write_trace(tmp_path / f"rank{i}.json{'.gz' if gz else ''}", [kernel("k", 0, 5)], rank=i, gz=gz)
+    suffix = ".gz" if gz is True else ""
+    paths = [write_trace(tmp_path / f"rank{i}.json{suffix}", [kernel("k", 0, 5)], rank=i, gz=bool(gz))
              for i in range(2)]
     json_bytes = sum(p.stat().st_size * (engine.GZIP_RATIO if gz else 1) for p in paths)
     assert (json_bytes >= bytes_from) == (pool and workers is None and not can_fork)  # each case on the side it names
+    assert _pools_started(monkeypatch, paths, workers, can_fork, bytes_from) == ([2] if pool else [])
+
+
+@pytest.mark.parametrize("workers", [None, 2])
+def test_a_daemonic_process_starts_no_pool_whatever_the_run(tmp_path, monkeypatch, workers):
+    # multiprocessing refuses a daemon children ("daemonic processes are not allowed to have children").
+    paths = [write_trace(tmp_path / f"rank{i}.json", [kernel("k", 0, 5)], rank=i) for i in range(2)]
+    monkeypatch.setattr(engine, "_daemonic", lambda: True)
+    assert _pools_started(monkeypatch, paths, workers, can_fork=False, bytes_from=1) == []
+
+
+def _pools_started(monkeypatch, paths, workers, can_fork, bytes_from) -> list[int]:
+    """The pools ``engine._run_local`` starts for ``paths`` (their sizes), each as its number of workers; every
+    rank is read either way."""
     started = []
 
     class Pool(_InProcess):
@@ -221,10 +237,11 @@ def test_a_pool_that_cannot_fork_starts_only_for_a_run_worth_its_start(tmp_path,
     monkeypatch.setattr(engine, "UNFORKED_POOL_FROM_BYTES", bytes_from)
     monkeypatch.setattr(engine, "ProcessPoolExecutor", Pool)
     monkeypatch.setattr(engine, "fork_context", lambda: multiprocessing.get_context("fork") if can_fork else None)
-    outcomes = [None] * 2
-    engine._run_local(paths, engine.Config(), None, engine.EngineOptions(workers=workers), [0, 1], outcomes, lambda: None, None, [None, None])
-    assert started == ([2] if pool else [])
-    assert [o.meta.rank for o in outcomes] == [0, 1]  # read either way
+    outcomes = [None] * len(paths)
+    engine._run_local(paths, engine.Config(), None, engine.EngineOptions(workers=workers), list(range(len(paths))),
+                      outcomes, lambda: None, None, [None] * len(paths))
+    assert [o.meta.rank for o in outcomes] == list(range(len(paths)))
+    return started
 
 
 class _InProcess:

@@ -1,7 +1,8 @@
 """How the per-rank work of a run is mapped: in this process, in a local process pool, or as Dask tasks.
 
 Each rank is read and reduced to a small ``RankResult`` where it runs; only those results (a few rows per step,
-collective and gap) travel back, so the memory of the caller does not grow with the size or number of traces.
+collective and gap) travel back, so the memory of the caller does not grow with the size or number of traces (but
+for a small run read in the caller, where a pool would cost more than it saves: ``UNFORKED_POOL_FROM_BYTES``).
 Results come back in file order whatever order the work finishes in, so every engine gives the same Summary.
 
     options = EngineOptions(workers=4, cache_dir=cache.resolve_dir(None))
@@ -40,7 +41,7 @@ Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
 # trace JSON a second (CPU-only ranks are the slowest). With the default workers, such a pool is started only for
 # more JSON than that start-up buys back on 2 cores; a forked pool starts in milliseconds and is always used.
 UNFORKED_POOL_FROM_BYTES = 128 * 2**20
-GZIP_RATIO = 12  # JSON bytes per gzip byte assumed for a .gz trace (Kineto's compress 12x to 17x)
+GZIP_RATIO = 12  # JSON bytes per gzip byte assumed for a gzipped trace (Kineto's compress 12x to 17x)
 
 
 def default_workers() -> int:
@@ -197,7 +198,9 @@ class _Ticker:
 def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
     cores = options.workers or default_workers()
     workers = min(cores, len(files))
-    if options.workers is None and workers > 1 and fork_context() is None and _small(files):
+    if workers > 1 and _daemonic():
+        workers = 1  # a daemonic process may start no pool at all
+    elif options.workers is None and workers > 1 and fork_context() is None and _small(files):
         workers = 1
     decode = max(1, cores // len(files))  # fewer files than workers: the rest decode chunks of large ones
     if workers == 1:
@@ -223,6 +226,10 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
             raise
 
 
+def _daemonic() -> bool:
+    return multiprocessing.current_process().daemon
+
+
 def _small(files) -> bool:
     """Whether ``files`` hold too little JSON for an unforked pool to pay for its start (UNFORKED_POOL_FROM_BYTES).
     A URL's size is not asked for: unknown, it counts as large."""
@@ -231,10 +238,12 @@ def _small(files) -> bool:
         if is_url(file):
             return False
         try:
+            with open(file, "rb") as f:
+                gzipped = f.read(2) == b"\x1f\x8b"  # gzip by its magic bytes, as the reader knows it
             size = os.path.getsize(file)
         except OSError:  # its read names the problem
             continue
-        total += size * (GZIP_RATIO if str(file).endswith(".gz") else 1)
+        total += size * (GZIP_RATIO if gzipped else 1)
     return total < UNFORKED_POOL_FROM_BYTES
 
 
