@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from tracekit.rank import cache
 from tracekit.events.config import Config
 from tracekit.errors import NotATraceError, TraceReadError
-from tracekit.read.files import is_url
+from tracekit.read.files import GZIP_MAGIC, is_url
 from tracekit.read.parallel import context as fork_context
 from tracekit.rank.analyze import RankResult, analyze_rank
 
@@ -198,9 +198,8 @@ class _Ticker:
 def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
     cores = options.workers or default_workers()
     workers = min(cores, len(files))
-    if workers > 1 and _daemonic():
-        workers = 1  # a daemonic process may start no pool at all
-    elif options.workers is None and workers > 1 and fork_context() is None and _small(files):
+    # A daemonic process may start no pool at all; an unforked pool is started by default only for a large run.
+    if workers > 1 and (_daemonic() or options.workers is None and fork_context() is None and _small(files)):
         workers = 1
     decode = max(1, cores // len(files))  # fewer files than workers: the rest decode chunks of large ones
     if workers == 1:
@@ -239,7 +238,7 @@ def _small(files) -> bool:
             return False
         try:
             with open(file, "rb") as f:
-                gzipped = f.read(2) == b"\x1f\x8b"  # gzip by its magic bytes, as the reader knows it
+                gzipped = f.read(2) == GZIP_MAGIC
             size = os.path.getsize(file)
         except OSError:  # its read names the problem
             continue

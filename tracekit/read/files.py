@@ -17,6 +17,8 @@ from isal.igzip_lib import IsalError
 
 from tracekit.errors import DuplicateRankError, NoTracesError, TraceReadError, TruncatedTraceError
 
+GZIP_MAGIC = b"\x1f\x8b"  # a gzip file's first two bytes: gzip is known by them, not by the file name
+
 TRACE_SUFFIXES = (".json", ".gz")  # what a trace file's name ends with (".json.gz" included); the viewer uses it too
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
@@ -98,7 +100,7 @@ def load_bytes(path: Path | str) -> bytes | bytearray:
             data = path.read_bytes()
     except OSError as err:
         raise TraceReadError(path, f"cannot read: {err.strerror or err}") from None
-    if data[:2] != b"\x1f\x8b":  # gzip is detected by its magic bytes, not the file name
+    if data[:2] != GZIP_MAGIC:
         return data
     try:
         return _gunzip(data)

@@ -22,6 +22,7 @@ from isal.igzip_lib import IsalError
 from numba import njit
 
 from tracekit.errors import TraceReadError, TruncatedTraceError
+from tracekit.read.files import GZIP_MAGIC
 
 BLOCK_BYTES = 8 << 20  # inflated bytes read at a time
 _ENDS = 1 << 16  # event ends found per call of the scan
@@ -44,7 +45,7 @@ def open_trace(path: Path | str) -> Iterator[BinaryIO]:
     try:
         magic = raw.read(2)
         raw.seek(0)
-        if magic != b"\x1f\x8b":
+        if magic != GZIP_MAGIC:
             yield raw
         else:
             with igzip.IGzipFile(fileobj=raw) as inflated:
