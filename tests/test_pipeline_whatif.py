@@ -104,7 +104,9 @@ def _tables(f0=10.0, b0=20.0, f1=5.0, b1=8.0, hop=1.0):
     blocks = pd.DataFrame([(r, r, 3, i, ph, c) for r, costs in ((0, (f0, b0)), (1, (f1, b1)))
                            for i in (0, 1) for ph, c in zip("FB", costs)],
                           columns=["rank", "stage", "step", "microbatch", "phase", "compute_us"])
-    blocks["start_us"], blocks["end_us"] = 0.0, 100.0
+    # Each rank's blocks one after the other, 2 us apart, each spanning its compute: rank 0's end at 66 us.
+    blocks["start_us"] = blocks.groupby("rank")["compute_us"].cumsum() - blocks["compute_us"] + 2.0 * (blocks.index % 4)
+    blocks["end_us"] = blocks["start_us"] + blocks["compute_us"]
     p2p = pd.DataFrame({"src_rank": [0.0, 1.0], "dst_rank": [1.0, 0.0], "step": [3, 3], "status": "matched",
                         "transfer_us": [hop, hop]})
     return rows, blocks, p2p
@@ -133,6 +135,16 @@ def test_microbatch_prediction_scales_compute_per_rank():
 
 def test_microbatch_prediction_says_why_not():
     rows, blocks, p2p = _tables()
+    # Simulated at the measured costs the schedule spans 65 us; rank 0 stalled 40 us before its last block, which no
+    # dependency explains: the blocks span 106 us.
+    def stalled(us):
+        return blocks.assign(start_us=blocks["start_us"] + us * (blocks.index == 3),
+                             end_us=blocks["end_us"] + us * (blocks.index == 3))
+
+    predicted, facts, why = pipeline_whatif.microbatch_prediction(rows, stalled(40.0), p2p, 1.0)
+    assert math.isnan(predicted) and facts["measured_span_us"] == 106.0 and why.startswith(
+        "the 1f1b schedule simulated at the measured costs spans 0.07 ms against the 0.11 ms the blocks measured")
+    assert pipeline_whatif.microbatch_prediction(rows, stalled(15.0), p2p, 1.0)[2] == ""  # 65 against 81: within 25%
     assert pipeline_whatif.microbatch_prediction(rows.assign(schedule="zero_bubble"), blocks, p2p, 1.0)[2] \
         .startswith("no simulated order for the zero_bubble schedule")
     assert "no matched send/recv from stage 1's rank to stage 0's" in \
@@ -167,23 +179,77 @@ def test_balanced_stages_on_a_tiny_run(tmp_path):
 
 
 def test_action_overhead_by_hand():
-    """Rank 0's blocks [0, 10) and [15, 25) us compute 10 each; its thread is busy 0-10 (compute), 12-14 (posting a
-    send), 15-25 (compute) and 1 us of an enclosing op before the last: 23 us, 3 outside the blocks' compute, 1.5 a
-    block. Its P2P span and step marker are no busy time; rank 1's node outside its block's span does not count."""
+    """Rank 0's blocks [0, 10) and [15, 25) us; between them its thread is busy 12-14 (a host op, 1 us of an
+    enclosing op before it): 3 us, 1.5 a block. Its host time inside a block, its P2P span and step marker, and rank
+    1's node outside its block's span do not count."""
     blocks = pd.DataFrame({"rank": [0, 0, 1], "step": 3, "start_us": [0.0, 15.0, 0.0], "end_us": [10.0, 25.0, 10.0],
                            "compute_us": [10.0, 10.0, 10.0]})
-    graph = pd.DataFrame({"rank": [0, 0, 0, 0, 0, 1, 1], "start_ns": [0, 12e3, 15e3, 11e3, 0, 0, 50e3],
-                          "end_ns": [10e3, 14e3, 25e3, 24e3, 0, 10e3, 60e3], "busy_ns": [0, 0, 1e3, 0, 0, 0, 0],
-                          "cat": ["compute", "launch", "compute", "comm", "marker", "compute", "compute"]})
+    graph = pd.DataFrame({"rank": [0, 0, 0, 0, 0, 0, 1, 1], "start_ns": [0, 12e3, 15e3, 11e3, 0, 16e3, 0, 50e3],
+                          "end_ns": [10e3, 14e3, 25e3, 24e3, 0, 17e3, 10e3, 60e3],
+                          "busy_ns": [0, 1e3, 0, 0, 0, 0, 0, 0],
+                          "cat": ["compute", "launch", "compute", "comm", "marker", "launch", "compute", "compute"],
+                          "name": ["mm", "aten::copy_", "mm", "gloo:send", "ProfilerStep#3", "aten::copy_", "mm",
+                                   "mm"]})
     assert pipeline_whatif.action_overhead_us(graph, blocks, {3}) == {0: 1.5, 1: 0.0}
 
 
-def test_microbatch_prediction_pays_each_actions_overhead():
-    # Rank 0 busy 68 us in its span for 60 us of block compute: 2 us an action. m = 2: F0 0-12, F1 12-24 on rank 0;
-    # rank 1 F0 13-18, B0 18-26, F1 (arrived 25) 26-31, B1 31-39; rank 0 B0 (arrived 27) 27-49, B1 (arrived 40) 49-71.
+def test_action_overhead_counts_a_blocked_call_as_the_ranks_median_call():
+    """Rank 0 (blocks [0, 10) and [20, 30)) posts a send 10-11, a receive 11-18 that blocked until its peer sent,
+    and a send 18-19.5: its median call is 1.5 us, so the calls cost 3 x 1.5 = 4.5 us, 2.25 a block; their own
+    times (10.5 us, 5.25 a block) would count the receive's wait, which the simulation's transfer dependency
+    already makes."""
+    blocks = pd.DataFrame({"rank": [0, 0], "step": 3, "start_us": [0.0, 20.0], "end_us": [10.0, 30.0],
+                           "compute_us": [10.0, 10.0]})
+    graph = pd.DataFrame({"rank": 0, "start_ns": [0, 10e3, 11e3, 18e3, 20e3],
+                          "end_ns": [10e3, 11e3, 18e3, 19.5e3, 30e3], "busy_ns": 0.0,
+                          "cat": ["compute", "launch", "launch", "launch", "compute"],
+                          "name": ["mm", "c10d::send", "c10d::recv_", "c10d::send", "mm"]})
+    assert pipeline_whatif.action_overhead_us(graph, blocks, {3}) == {0: 2.25}
+
+
+def test_dispatch_by_hand():
+    """Rank 0's block [0, 30) runs ops 0-5 (with a nested op 1-2), 7-10, 11-20 and 26-30: gaps 2, 1 and 6. Its
+    block [40, 50) runs 40-44 and 47-50: gap 3. The rank's median gap is 2.5, so the first block dispatches 2 + 1 +
+    2.5 = 5.5 us (the rest of its 6 us gap is a stall) and the second 2.5. A host op is no compute, and rank 1's
+    ops do not count."""
+    blocks = pd.DataFrame({"rank": [0, 0], "stage": 0, "step": 3, "microbatch": [0, 1], "phase": "F",
+                           "start_us": [0.0, 40.0], "end_us": [30.0, 50.0], "compute_us": [25.0, 7.0]})
+    starts = [0, 1, 7, 11, 26, 40, 47, 21, 5]
+    ends = [5, 2, 10, 20, 30, 44, 50, 25, 6]
+    graph = pd.DataFrame({"rank": [0] * 8 + [1], "start_ns": np.array(starts) * 1e3, "end_ns": np.array(ends) * 1e3,
+                          "cat": ["compute"] * 7 + ["launch", "compute"]})
+    assert pipeline_whatif.dispatch_per_block(graph, blocks).tolist() == [5.5, 2.5]
+    assert pipeline_whatif.block_dispatch(graph, blocks, {3}) == {(0, "F"): 4.0}
+    assert pipeline_whatif.dispatch_per_block(None, blocks).tolist() == [0.0, 0.0]
+
+
+def test_microbatch_prediction_keeps_each_actions_dispatch():
+    # Each of stage 1's blocks spans 2 us of compute events apart by a 2 us gap, the rank's median: its dispatch. m = 2
+    # at stage 1 F 7, B 10 (span 69): rank 0 F0 0-10, F1 10-20; rank 1 F0 11-18, B0 18-28, F1 28-35, B1 35-45; rank
+    # 0 B0 29-49, B1 49-69. m = 4, work and hops halved but dispatch kept (stage 0 F 5, B 10; stage 1 F 4.5, B 6;
+    # hop .5): rank 0 F0 0-5, F1 5-10; rank 1 F0 5.5-10, B0 10-16; rank 0 B0 16.5-26.5, F2 26.5-31.5; rank 1 F1
+    # 16-20.5, B1 20.5-26.5; rank 0 B1 31.5-41.5, F3 41.5-46.5; rank 1 F2 32-36.5, B2 36.5-42.5; rank 0 B2
+    # 46.5-56.5; rank 1 F3 47-51.5, B3 51.5-57.5; rank 0 B3 58-68. Without dispatch the spans are 65 and 62.5
+    # (test_microbatch_prediction_by_hand).
     rows, blocks, p2p = _tables()
-    graph = pd.DataFrame({"rank": [0, 1], "start_ns": [0.0, 0.0], "end_ns": [68e3, 26e3], "busy_ns": [0.0, 0.0],
-                          "cat": ["compute", "compute"]})
+    mine = blocks["rank"] == 1
+    blocks.loc[mine, "end_us"] += 2.0
+    starts = np.concatenate([blocks.loc[mine, "start_us"], blocks.loc[mine, "start_us"] + 3.0])
+    ends = np.concatenate([blocks.loc[mine, "start_us"] + 1.0, blocks.loc[mine, "end_us"]])
+    graph = pd.DataFrame({"rank": 1, "start_ns": starts * 1e3, "end_ns": ends * 1e3, "busy_ns": 0.0,
+                          "cat": "compute", "name": "mm"})
+    predicted, facts, _ = pipeline_whatif.microbatch_prediction(rows, blocks, p2p, base_step_us=1000.0, graph=graph)
+    assert facts["dispatch_us"] == {(0, "B"): 0.0, (0, "F"): 0.0, (1, "B"): 2.0, (1, "F"): 2.0}
+    assert (facts["simulated_span_us"], facts["simulated_span_more_us"]) == (69.0, 68.0)
+    assert predicted == 999.0
+
+
+def test_microbatch_prediction_pays_each_actions_overhead():
+    # Rank 0 busy 8 us from the end of its first block, 2 us an action. m = 2: F0 0-12, F1 12-24 on rank 0; rank 1 F0 13-18, B0
+    # 18-26, F1 (arrived 25) 26-31, B1 31-39; rank 0 B0 (arrived 27) 27-49, B1 (arrived 40) 49-71.
+    rows, blocks, p2p = _tables()
+    graph = pd.DataFrame({"rank": [0], "start_ns": [10e3], "end_ns": [18e3], "busy_ns": [0.0],
+                          "cat": ["launch"], "name": ["aten::copy_"]})
     _, facts, _ = pipeline_whatif.microbatch_prediction(rows, blocks, p2p, 1000.0, graph=graph)
     assert facts["action_overhead_us"] == {0: 2.0, 1: 0.0}
     assert facts["simulated_span_us"] == 71.0

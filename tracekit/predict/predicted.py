@@ -31,12 +31,17 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
     table = predict_graph(graph, window_steps, ["baseline", *wanted], model=model,
                           stage_scale=stage_scale).set_index("scenario")
     base = float(table.loc["baseline", "step_time_us"])
+    unpredicted = ""  # why microbatches_x2 has no prediction
     if "microbatches_x2" in wanted:
-        predicted, _, _ = pipeline_whatif.microbatch_prediction(pipeline, blocks, p2p, base, graph=graph)
+        predicted, _, unpredicted = pipeline_whatif.microbatch_prediction(pipeline, blocks, p2p, base, graph=graph)
         table.loc["microbatches_x2", ["step_time_us", "saving_us", "saving_pct"]] = [
             predicted, base - predicted, (base - predicted) / base * 100]
     out = []
     for f in findings:
+        if f.kind in _FIX and _FIX[f.kind][0] == "microbatches_x2" and unpredicted:
+            out.append(dataclasses.replace(f, message=f"{f.message} Twice the microbatches is not predicted: "
+                                           f"{unpredicted}.", evidence={**f.evidence, "unpredicted": unpredicted}))
+            continue
         if f.kind not in _FIX or not np.isfinite(table.loc[_FIX[f.kind][0], "step_time_us"]):
             out.append(f)
             continue
