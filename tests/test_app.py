@@ -27,7 +27,7 @@ from viewer_runs import REPO, make_root, sample_run_names, write_tiny_run  # noq
 
 if str(REPO) not in sys.path:  # the app is a folder of the repository, not an installed package
     sys.path.insert(0, str(REPO))
-from app import fmt, paths  # noqa: E402
+from app import fmt, loader, paths  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
 from tracekit.render import charts, charts_ops, charts_roofline  # noqa: E402
 from test_charts_ops import write_memory_run  # noqa: E402
@@ -52,6 +52,14 @@ def app(root, monkeypatch):
         at.query_params.update({k: str(v) for k, v in query.items()})
         return at.run()
     return make
+
+
+def held_summary(root: Path, run: str) -> tracekit.Summary:
+    """The Summary the viewer holds for ``root / run``: its own cached ``loader.summary`` (shared with the AppTest
+    in this process), so a test and the page it checks read the run once. That the viewer's options (no cache, no
+    workers for a small run) give the plain Summary is ``tests/test_engine.py``'s to check."""
+    folder = paths.resolve_run(f"runs/{run}", paths.parse_roots(["--root", str(root)]))
+    return loader.summary(str(folder), paths.fingerprint(folder))
 
 
 def no_exception(at: AppTest) -> None:
@@ -87,11 +95,22 @@ def numbers(values) -> list[float]:
 
 
 RUNS = ["tiny", *sample_run_names()]
+GROUPED_BY = "run"  # each run's tests one after another (tests/conftest.py): the viewer caches 16 Summaries
+
+
+@pytest.mark.parametrize("run", ["tiny", "pp-1f1b-4rank"])
+def test_the_viewer_holds_the_plain_summary(root, run, summaries):
+    """The Summary the pages are checked against (``held_summary``: the viewer's options) is the one
+    ``tracekit.summarize`` gives with its defaults."""
+    held, plain = held_summary(root, run), summaries(root / run)
+    for table in ("ranks", "steps", "collectives", "gaps", "pipeline", "critical_path"):
+        assert_frame_equal(getattr(held, table), getattr(plain, table), obj=table)
+    assert held.findings == plain.findings
 
 
 @pytest.mark.parametrize("run", RUNS)
 def test_every_page_shows_the_summary(app, root, run, summaries):
-    summary = summaries(root / run)
+    summary = held_summary(root, run)
     at = app(run=f"runs/{run}")
     no_exception(at)
     assert at.title[0].value == "Overview"
@@ -144,7 +163,7 @@ def test_every_page_shows_the_summary(app, root, run, summaries):
     at.switch_page("views/compare.py").run()
     no_exception(at)
     other = at.selectbox(key="compare_b").value
-    table = tracekit.compare(summary, summaries(root / other.split("/", 1)[1])).table
+    table = tracekit.compare(summary, held_summary(root, other.split("/", 1)[1])).table
     same_table(frame(at, 0), table, fmt.comparison_na(table), numbers=True)
     assert at.dataframe[0].proto.placeholder == fmt.placeholder(table, fmt.comparison_na(table))
     assert at.query_params["b"] == other
@@ -194,7 +213,7 @@ def check_ops_and_memory_pages(at: AppTest, summary, rank: int) -> None:
 
 @pytest.mark.parametrize("run", RUNS)
 def test_the_ops_and_memory_pages_on_each_run(app, root, run, summaries):
-    summary = summaries(root / run)
+    summary = held_summary(root, run)
     at = app(run=f"runs/{run}", rank=1)
     no_exception(at)
     check_ops_and_memory_pages(at, summary, 1)
@@ -231,7 +250,7 @@ def test_the_url_holds_run_page_and_rank(app):
 
 
 def test_a_timeline_link_opens_the_step_of_the_gap(app, root, summaries):
-    summary = summaries(root / "tiny")
+    summary = held_summary(root, "tiny")
     gap = summary.gaps[summary.gaps["rank"] == 1].nlargest(1, "dur_us").iloc[0]
     at = app(run="runs/tiny", page="timeline", rank=1, at=gap["start_us"])
     no_exception(at)
