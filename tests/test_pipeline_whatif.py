@@ -178,33 +178,34 @@ def test_balanced_stages_on_a_tiny_run(tmp_path):
     assert "balanced_stages" not in tracekit.whatif(tracekit.summarize("sample_traces/gpt-gloo-2rank"))["scenario"].tolist()
 
 
-def test_action_overhead_by_hand():
-    """Rank 0's blocks [0, 10) and [15, 25) us; between them its thread is busy 12-14 (a host op, 1 us of an
-    enclosing op before it): 3 us, 1.5 a block. Its host time inside a block, its P2P span and step marker, and rank
-    1's node outside its block's span do not count."""
+def test_between_blocks_by_hand():
+    """Rank 0's blocks [0, 10) and [15, 25) us; between them its thread runs a host op 12-14 (1 us of an enclosing op
+    before it: 3 us, 1.5 a block) and a loss 10-11 (compute: 1 us, 0.5 a block). Its host op inside a block, its P2P
+    span and step marker, and rank 1's node outside its block's span do not count."""
     blocks = pd.DataFrame({"rank": [0, 0, 1], "step": 3, "start_us": [0.0, 15.0, 0.0], "end_us": [10.0, 25.0, 10.0],
                            "compute_us": [10.0, 10.0, 10.0]})
-    graph = pd.DataFrame({"rank": [0, 0, 0, 0, 0, 0, 1, 1], "start_ns": [0, 12e3, 15e3, 11e3, 0, 16e3, 0, 50e3],
-                          "end_ns": [10e3, 14e3, 25e3, 24e3, 0, 17e3, 10e3, 60e3],
-                          "busy_ns": [0, 1e3, 0, 0, 0, 0, 0, 0],
-                          "cat": ["compute", "launch", "compute", "comm", "marker", "launch", "compute", "compute"],
-                          "name": ["mm", "aten::copy_", "mm", "gloo:send", "ProfilerStep#3", "aten::copy_", "mm",
-                                   "mm"]})
-    assert pipeline_whatif.action_overhead_us(graph, blocks, {3}) == {0: 1.5, 1: 0.0}
+    graph = pd.DataFrame({"rank": [0, 0, 0, 0, 0, 0, 0, 1, 1],
+                          "start_ns": [0, 12e3, 15e3, 11e3, 0, 16e3, 10e3, 0, 50e3],
+                          "end_ns": [10e3, 14e3, 25e3, 24e3, 0, 17e3, 11e3, 10e3, 60e3],
+                          "busy_ns": [0, 1e3, 0, 0, 0, 0, 0, 0, 0],
+                          "cat": ["compute", "launch", "compute", "comm", "marker", "launch", "compute", "compute",
+                                  "compute"],
+                          "name": ["mm", "aten::copy_", "mm", "gloo:send", "ProfilerStep#3", "aten::copy_", "nll_loss",
+                                   "mm", "mm"]})
+    assert pipeline_whatif.between_blocks(graph, blocks, {3}) == {0: (0.5, 1.5), 1: (0.0, 0.0)}
 
 
-def test_action_overhead_counts_a_blocked_call_as_the_ranks_median_call():
-    """Rank 0 (blocks [0, 10) and [20, 30)) posts a send 10-11, a receive 11-18 that blocked until its peer sent,
-    and a send 18-19.5: its median call is 1.5 us, so the calls cost 3 x 1.5 = 4.5 us, 2.25 a block; their own
-    times (10.5 us, 5.25 a block) would count the receive's wait, which the simulation's transfer dependency
-    already makes."""
+def test_between_blocks_leaves_out_send_and_receive_calls():
+    """Rank 0 (blocks [0, 10) and [20, 30)) posts a send 10-11, a receive 11-18 and a send 18-19.5, and runs a host op
+    19.5-20: only that op counts (0.25 a block). A call's time lies inside its transfer (from both posted to the
+    receive's end), which the simulation pays as the hop; counting it here too would pay it twice."""
     blocks = pd.DataFrame({"rank": [0, 0], "step": 3, "start_us": [0.0, 20.0], "end_us": [10.0, 30.0],
                            "compute_us": [10.0, 10.0]})
-    graph = pd.DataFrame({"rank": 0, "start_ns": [0, 10e3, 11e3, 18e3, 20e3],
-                          "end_ns": [10e3, 11e3, 18e3, 19.5e3, 30e3], "busy_ns": 0.0,
-                          "cat": ["compute", "launch", "launch", "launch", "compute"],
-                          "name": ["mm", "c10d::send", "c10d::recv_", "c10d::send", "mm"]})
-    assert pipeline_whatif.action_overhead_us(graph, blocks, {3}) == {0: 2.25}
+    graph = pd.DataFrame({"rank": 0, "start_ns": [0, 10e3, 11e3, 18e3, 19.5e3, 20e3],
+                          "end_ns": [10e3, 11e3, 18e3, 19.5e3, 20e3, 30e3], "busy_ns": 0.0,
+                          "cat": ["compute", "launch", "launch", "launch", "launch", "compute"],
+                          "name": ["mm", "c10d::send", "c10d::recv_", "c10d::send", "aten::copy_", "mm"]})
+    assert pipeline_whatif.between_blocks(graph, blocks, {3}) == {0: (0.0, 0.25)}
 
 
 def test_dispatch_by_hand():
@@ -219,7 +220,7 @@ def test_dispatch_by_hand():
     graph = pd.DataFrame({"rank": [0] * 8 + [1], "start_ns": np.array(starts) * 1e3, "end_ns": np.array(ends) * 1e3,
                           "cat": ["compute"] * 7 + ["launch", "compute"]})
     assert pipeline_whatif.dispatch_per_block(graph, blocks).tolist() == [5.5, 2.5]
-    assert pipeline_whatif.block_dispatch(graph, blocks, {3}) == {(0, "F"): 4.0}
+    assert pipeline_whatif.dispatch_per_block(graph, blocks.set_axis([7, 7])).tolist() == [5.5, 2.5]  # any labels
     assert pipeline_whatif.dispatch_per_block(None, blocks).tolist() == [0.0, 0.0]
 
 
@@ -245,11 +246,48 @@ def test_microbatch_prediction_keeps_each_actions_dispatch():
 
 
 def test_microbatch_prediction_pays_each_actions_overhead():
-    # Rank 0 busy 8 us from the end of its first block, 2 us an action. m = 2: F0 0-12, F1 12-24 on rank 0; rank 1 F0 13-18, B0
-    # 18-26, F1 (arrived 25) 26-31, B1 31-39; rank 0 B0 (arrived 27) 27-49, B1 (arrived 40) 49-71.
+    # Rank 0 busy 8 us from the end of its first block, 2 us an action. m = 2: F0 0-12, F1 12-24 on rank 0; rank 1 F0
+    # 13-18, B0 18-26, F1 (arrived 25) 26-31, B1 31-39; rank 0 B0 (arrived 27) 27-49, B1 (arrived 40) 49-71.
     rows, blocks, p2p = _tables()
     graph = pd.DataFrame({"rank": [0], "start_ns": [10e3], "end_ns": [18e3], "busy_ns": [0.0],
                           "cat": ["launch"], "name": ["aten::copy_"]})
     _, facts, _ = pipeline_whatif.microbatch_prediction(rows, blocks, p2p, 1000.0, graph=graph)
-    assert facts["action_overhead_us"] == {0: 2.0, 1: 0.0}
+    assert facts["between_blocks_us"] == {0: (0.0, 2.0), 1: (0.0, 0.0)}
     assert facts["simulated_span_us"] == 71.0
+
+
+def test_microbatch_prediction_halves_the_compute_between_blocks():
+    # Rank 1 computes 2 us between its blocks twice (a loss, say): 1 us an action, which halves with the microbatch.
+    # m = 2 at stage 1 F 6, B 9: rank 0 F0 0-10, F1 10-20; rank 1 F0 11-17, B0 17-26; rank 0 B0 27-47; rank 1 F1
+    # 26-32, B1 32-41; rank 0 B1 47-67. m = 4 (stage 0 F 5, B 10; stage 1 F 3, B 4.5; hop .5): rank 0 F0 0-5, F1
+    # 5-10; rank 1 F0 5.5-8.5, B0 8.5-13; rank 0 B0 13.5-23.5, F2 23.5-28.5; rank 1 F1 13-16, B1 16-20.5; rank 0 B1
+    # 28.5-38.5, F3 38.5-43.5; rank 1 F2 29-32, B2 32-36.5; rank 0 B2 43.5-53.5; rank 1 F3 44-47, B3 47-51.5; rank 0
+    # B3 53.5-63.5.
+    rows, blocks, p2p = _tables()
+    graph = pd.DataFrame({"rank": 1, "start_ns": [15e3, 22e3], "end_ns": [17e3, 24e3], "busy_ns": 0.0,
+                          "cat": "compute", "name": "nll_loss"})
+    predicted, facts, why = pipeline_whatif.microbatch_prediction(rows, blocks, p2p, 1000.0, graph=graph)
+    assert why == "" and facts["between_blocks_us"] == {0: (0.0, 0.0), 1: (1.0, 0.0)}
+    assert (facts["simulated_span_us"], facts["simulated_span_more_us"]) == (67.0, 63.5)
+    assert predicted == 996.5
+
+
+def test_a_data_parallel_replica_is_not_added_to_its_stage():
+    """The same pipeline run twice side by side (ranks 2 and 3 a replica of ranks 0 and 1): each action costs what
+    one replica's does, and the prediction is the single pipeline's."""
+    rows, blocks, p2p = _tables()
+    replica = pd.concat([blocks, blocks.assign(rank=blocks["rank"] + 2)], ignore_index=True)
+    rows2 = pd.concat([rows, rows.assign(rank=rows["rank"] + 2)], ignore_index=True)
+    pairs = pd.concat([p2p, p2p.assign(src_rank=p2p["src_rank"] + 2, dst_rank=p2p["dst_rank"] + 2)], ignore_index=True)
+    single = pipeline_whatif.microbatch_prediction(rows, blocks, p2p, 1000.0)
+    both = pipeline_whatif.microbatch_prediction(rows2, replica, pairs, 1000.0)
+    assert single[0] == both[0] == 997.5 and both[2] == ""
+
+
+def test_the_span_check_is_made_at_the_measured_costs_whatever_the_compute_scale():
+    """Scaled compute moves both simulated spans, not the measured one: the check against the measured blocks is
+    made at the costs as measured (65 against 66 us), so a scale never refuses the prediction."""
+    rows, blocks, p2p = _tables()
+    for scale in ({0: 2.0}, {0: 0.5, 1: 0.5}):
+        predicted, facts, why = pipeline_whatif.microbatch_prediction(rows, blocks, p2p, 1000.0, compute_scale=scale)
+        assert why == "" and np.isfinite(predicted), (scale, why)

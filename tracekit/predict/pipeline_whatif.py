@@ -6,15 +6,17 @@ rank that start inside one, is scaled by the median of the other stages' microba
 (``microbatch_compute_us``), as ``no_straggler`` does for a rank; the replay moves everything else.
 
 ``microbatches_x2``: the schedule that ran (``pipesim.rank_orders``) is simulated twice, with m microbatches at the
-measured costs and with 2m at half of them: each action's compute (per stage and phase, the median block of the
-window) and each transfer (per pair of ranks and direction, the median matched pair of the window) halve, as the
-microbatch and the bytes it sends do. What an action costs besides its compute does not shrink with the microbatch:
-the idle time inside its block, between its compute events (``block_gaps``: the host dispatching the same ops, now
-each on half the data), and its rank's host time between blocks (``action_overhead_us``: posting sends and
-receives, the schedule's own Python). The predicted step is the measured one (the baseline replay) plus the
-difference of the two simulated spans, so what the simulation leaves out (the optimizer, other collectives) stays as
-measured. Halving assumes compute proportional to the microbatch's size: kernels too small to fill the device shrink
-less, and transfers that cost mostly their latency too; the prediction is then optimistic.
+measured costs and with 2m at half of them. An action costs its block's measured span (per stage and phase, the
+median over the window's actions and the stage's data-parallel replicas): the work in it halves with the
+microbatch, the host's dispatch inside it does not (``dispatch_per_block``: the same ops issued, each on half the
+data). Between blocks, a rank's compute (a loss, say) halves and its host time (the schedule's own Python) does not
+(``between_blocks``); a send or receive call is left out there, since its time lies inside the transfer. Each
+transfer (per pair of ranks and direction, the median matched pair of the window) halves with the bytes it sends.
+The predicted step is the measured one (the baseline replay) plus the difference of the two simulated spans, so
+what the simulation leaves out (the optimizer, other collectives) stays as measured; where the simulation at the
+measured costs misses the measured span by over ``SIMULATION_TOLERANCE``, nothing is predicted. Halving assumes
+work proportional to the microbatch's size: kernels too small to fill the device shrink less, and transfers that
+cost mostly their latency too; the prediction is then optimistic.
 """
 
 from __future__ import annotations
@@ -69,19 +71,6 @@ def balanced_scale(graph: pd.DataFrame, pipeline: pd.DataFrame, blocks: pd.DataF
     return np.where(inside & computing, factor, 1.0), ""
 
 
-def stage_costs(blocks: pd.DataFrame, steps: set[int]) -> dict[tuple[int, str], float]:
-    """(stage, phase) -> the median compute of its actions in ``steps`` (us); B, I and W together as B."""
-    window = _window_blocks(blocks, steps)
-    return _per_action(window, window["compute_us"])
-
-
-def block_dispatch(graph: pd.DataFrame | None, blocks: pd.DataFrame, steps: set[int]) -> dict[tuple[int, str], float]:
-    """(stage, phase) -> the median over its actions in ``steps`` of the host's dispatch time inside its blocks (us,
-    ``dispatch_per_block``); B, I and W together as B."""
-    window = _window_blocks(blocks, steps)
-    return _per_action(window, dispatch_per_block(graph, window))
-
-
 def dispatch_per_block(graph: pd.DataFrame | None, blocks: pd.DataFrame) -> np.ndarray:
     """Per block, the host's dispatch time inside it (us): the gaps between its compute events (graph nodes of its
     rank, ``compute`` or ``memory``, in start order, nested ones merged), each counted up to its rank's median gap
@@ -91,7 +80,7 @@ def dispatch_per_block(graph: pd.DataFrame | None, blocks: pd.DataFrame) -> np.n
     if graph is None or graph.empty:
         return dispatch
     computing = graph[graph["cat"].isin(["compute", "memory"]).to_numpy()]
-    position = pd.Series(np.arange(len(blocks)), index=blocks.index)
+    blocks = blocks.reset_index(drop=True)  # labels are positions
     for r, own in blocks.groupby("rank"):
         nodes = computing[(computing["rank"] == r).to_numpy()]
         order = np.argsort(nodes["start_ns"].to_numpy(), kind="stable")
@@ -108,7 +97,7 @@ def dispatch_per_block(graph: pd.DataFrame | None, blocks: pd.DataFrame) -> np.n
         gap = np.where((block[1:] == block[:-1]) & (gap > 0), gap, 0.0)
         typical = float(np.median(gap[gap > 0])) if (gap > 0).any() else 0.0
         per_block = np.bincount(block[1:], weights=np.minimum(gap, typical), minlength=len(spans))
-        dispatch[position[spans.index].to_numpy()] = per_block
+        dispatch[spans.index.to_numpy()] = per_block
     return dispatch
 
 
@@ -118,11 +107,11 @@ def _window_blocks(blocks: pd.DataFrame, steps: set[int]) -> pd.DataFrame:
 
 
 def _per_action(blocks: pd.DataFrame, value) -> dict[tuple[int, str], float]:
-    """(stage, phase) -> the median over the actions (step, microbatch) of ``value`` (one per block) summed per
-    action; B, I and W together as B."""
+    """(stage, phase) -> the median over the actions (rank, step, microbatch: a data-parallel replica's are its own)
+    of ``value`` (one per block) summed per action; B, I and W together as B."""
     phase = blocks["phase"].where(blocks["phase"] == "F", "B")
     per_action = blocks.assign(phase=phase, value=np.asarray(value, dtype=np.float64)).groupby(
-        ["stage", "phase", "step", "microbatch"])["value"].sum()
+        ["stage", "phase", "rank", "step", "microbatch"])["value"].sum()
     return {k: float(v) for k, v in per_action.groupby(["stage", "phase"]).median().items()}
 
 
@@ -135,35 +124,36 @@ def hop_times(p2p: pd.DataFrame, steps: set[int]) -> dict[tuple[int, int], float
     return {(int(a), int(b)): float(t) for (a, b), t in medians.items() if np.isfinite(t)}
 
 
-def action_overhead_us(graph: pd.DataFrame | None, blocks: pd.DataFrame, steps: set[int]) -> dict[int, float]:
-    """rank -> its host time per block between its blocks, from its first block's start to its last block's end
-    (median over ``steps``; us): what each action of the schedule costs the rank besides its block (posting sends
-    and receives, the schedule's own Python). Host time is the own time of the rank's nodes starting between its
-    blocks (not its P2P spans, which wait), plus the enclosing ops' own time before them (``busy_ns``). A send or
-    receive call (``c10d::send``, ``recv_``) counts its rank's median call in ``steps``: a longer one blocked until
-    its peer was ready, which the simulation models as the transfer's dependency, not as time the action costs."""
+def between_blocks(graph: pd.DataFrame | None, blocks: pd.DataFrame,
+                   steps: set[int]) -> dict[int, tuple[float, float]]:
+    """rank -> (compute, host time) per block between its blocks, from its first block's start to its last block's
+    end (median over ``steps``; us): what each action of the schedule costs the rank besides its block. Compute is
+    the own time of its ``compute`` and ``memory`` nodes starting there; host time that of its other nodes (not its
+    P2P spans, which wait, nor its send and receive calls, whose time lies inside the transfer), plus the enclosing
+    ops' own time before them (``busy_ns``)."""
     if graph is None or graph.empty:
         return {}
     mine = graph[~graph["cat"].isin(["comm", "marker"]).to_numpy()]
     start = mine["start_ns"].to_numpy(dtype=float) / 1e3
-    own = (mine["end_ns"].to_numpy(dtype=float) / 1e3 - start + mine["busy_ns"].to_numpy(dtype=float) / 1e3)
+    own = (mine["end_ns"].to_numpy(dtype=float) - mine["start_ns"].to_numpy(dtype=float)
+           + mine["busy_ns"].to_numpy(dtype=float)) / 1e3
     rank = mine["rank"].to_numpy()
+    computing = mine["cat"].isin(["compute", "memory"]).to_numpy()
     names = mine["name"].astype("category").cat
     labels = names.categories.astype(str)
     is_call = np.fromiter((P2P_CALL.search(n) is not None for n in labels), dtype=bool, count=len(labels))
     call = np.append(is_call, False)[names.codes.to_numpy()]  # code -1 (no name): the appended False
-    per: dict[int, list[float]] = {}
+    per: dict[int, list[tuple[float, float]]] = {}
     for r, own_blocks in blocks[blocks["step"].isin(steps)].groupby("rank"):
         spans = own_blocks.sort_values("start_us")
         lo, hi = spans["start_us"].to_numpy(), spans["end_us"].to_numpy()
         i = np.searchsorted(lo, start, side="right") - 1
-        between = (rank == r) & (i >= 0) & (start >= hi[np.maximum(i, 0)])
-        calls = own[between & call]
-        typical = np.where(call, float(np.median(calls)) if len(calls) else 0.0, own)
-        for step, bb in spans.groupby("step"):
+        between = (rank == r) & (i >= 0) & (start >= hi[np.maximum(i, 0)]) & ~call
+        for _, bb in spans.groupby("step"):
             inside = between & (start >= bb["start_us"].min()) & (start <= bb["end_us"].max())
-            per.setdefault(int(r), []).append(float(typical[inside].sum()) / len(bb))
-    return {r: float(np.median(v)) for r, v in per.items()}
+            per.setdefault(int(r), []).append((float(own[inside & computing].sum()) / len(bb),
+                                               float(own[inside & ~computing].sum()) / len(bb)))
+    return {r: (float(np.median([c for c, _ in v])), float(np.median([h for _, h in v]))) for r, v in per.items()}
 
 
 def microbatch_prediction(pipeline: pd.DataFrame, blocks: pd.DataFrame, p2p: pd.DataFrame, base_step_us: float,
@@ -171,7 +161,8 @@ def microbatch_prediction(pipeline: pd.DataFrame, blocks: pd.DataFrame, p2p: pd.
                           graph: pd.DataFrame | None = None) -> tuple[float, dict, str]:
     """(predicted step us, the simulation's facts, '') with ``factor`` x the microbatches at the same global batch;
     (NaN, facts, why not) where it cannot be predicted. ``compute_scale``: rank -> factor on its stages' compute
-    (as ``scenarios.whatif``'s); ``graph``: the run graph, for each rank's host time per action (None: none)."""
+    (as ``scenarios.whatif``'s); ``graph``: the run graph, for the host's dispatch inside blocks and each rank's
+    time between them (None: none; each action then costs its block's span, all of it work)."""
     if pipeline is None or pipeline.empty or blocks is None or blocks.empty:
         return math.nan, {}, NOT_PIPELINE
     rows = window_rows(pipeline)
@@ -187,9 +178,9 @@ def microbatch_prediction(pipeline: pd.DataFrame, blocks: pd.DataFrame, p2p: pd.
     dispatch = dispatch_per_block(graph, window)
     stage_rank = rows.groupby("stage")["rank"].first().to_dict()
     work = _per_action(window, (window["end_us"] - window["start_us"]).to_numpy() - dispatch)
-    cost = {(st, ph): c * (compute_scale or {}).get(stage_rank.get(st), 1.0) for (st, ph), c in work.items()}
+    fixed = _per_action(window, dispatch)
     n_stages = p * v
-    missing = [(s, ph) for s in range(n_stages) for ph in ("F", "B") if not np.isfinite(cost.get((s, ph), np.nan))]
+    missing = [(s, ph) for s in range(n_stages) for ph in ("F", "B") if not np.isfinite(work.get((s, ph), np.nan))]
     if missing:
         return math.nan, {}, f"no measured block for stage/phase {missing[0][0]}{missing[0][1]} in the window"
     hops = hop_times(p2p, steps)
@@ -201,31 +192,38 @@ def microbatch_prediction(pipeline: pd.DataFrame, blocks: pd.DataFrame, p2p: pd.
     # The simulated rank r is the one whose stages are r, r + p, ...; its measured rank comes from the stage.
     orders = {stage_rank[order[0][0]]: order for order in orders.values()}
     bigger = {stage_rank[order[0][0]]: order for order in bigger.values()}
+    between = between_blocks(graph, blocks, steps)
 
-    def hop(a: int, b: int, scale: float = 1.0) -> float:
-        ra, rb = stage_rank[a], stage_rank[b]
-        return 0.0 if ra == rb else hops[(ra, rb)] * scale
+    def cost(scale: dict, share: float):
+        """Each action's time with its work (and the compute between blocks) scaled by ``scale`` and ``share``."""
+        def of(st: int, ph: str) -> float:
+            r = stage_rank[st]
+            compute, host = between.get(r, (0.0, 0.0))
+            return (work[(st, ph)] + compute) * scale.get(r, 1.0) * share + fixed[(st, ph)] + host
+        return of
 
-    overhead = action_overhead_us(graph, blocks, steps)
-    per_action = _per_action(window, dispatch)
-    extra = {(st, ph): per_action[(st, ph)] + overhead.get(stage_rank[st], 0.0) for st, ph in cost}
-    span = pipesim.makespan(orders, lambda s, ph: cost[(s, ph)] + extra[(s, ph)], hop, n_stages)
-    span_more = pipesim.makespan(bigger, lambda s, ph: cost[(s, ph)] / factor + extra[(s, ph)],
-                                 lambda a, b: hop(a, b, 1 / factor), n_stages)
-    measured = measured_span_us(blocks, steps)
+    def hop(share: float):
+        return lambda a, b: 0.0 if stage_rank[a] == stage_rank[b] else hops[(stage_rank[a], stage_rank[b])] * share
+
+    scale = compute_scale or {}
+    span = pipesim.makespan(orders, cost(scale, 1.0), hop(1.0), n_stages)
+    span_more = pipesim.makespan(bigger, cost(scale, 1 / factor), hop(1 / factor), n_stages)
+    as_measured = span if not scale else pipesim.makespan(orders, cost({}, 1.0), hop(1.0), n_stages)
+    measured = measured_span_us(window, steps)
     facts = {"schedule": schedule, "stages": p, "stages_per_rank": v, "microbatches": m,
-             "action_overhead_us": overhead, "dispatch_us": per_action, "simulated_span_us": span,
+             "between_blocks_us": between, "dispatch_us": fixed, "simulated_span_us": span,
              "simulated_span_more_us": span_more, "measured_span_us": measured}
-    if not abs(span - measured) <= SIMULATION_TOLERANCE * measured:
-        return math.nan, facts, (f"the {schedule} schedule simulated at the measured costs spans {span / 1e3:,.2f} "
-                                 f"ms against the {measured / 1e3:,.2f} ms the blocks measured: the run's time goes to "
-                                 "what the simulation leaves out (other work, contention), so it cannot say what twice "
-                                 "the microbatches would do")
+    if not abs(as_measured - measured) <= SIMULATION_TOLERANCE * measured:
+        return math.nan, facts, (f"the {schedule} schedule simulated at the measured costs spans "
+                                 f"{as_measured / 1e3:,.2f} ms against the {measured / 1e3:,.2f} ms the blocks "
+                                 "measured: the run's time goes to what the simulation leaves out (other work, "
+                                 "contention), so it cannot say what twice the microbatches would do")
     return base_step_us + span_more - span, facts, ""
 
 
 def measured_span_us(blocks: pd.DataFrame, steps: set[int]) -> float:
-    """The mean over ``steps`` of the time from the pipeline's first block start to its last block end."""
-    known = blocks[blocks["step"].isin(steps)]
+    """The mean over ``steps`` of the time from the pipeline's first block start to its last block end (blocks of a
+    known stage, as the simulation's)."""
+    known = _window_blocks(blocks, steps)
     per_step = known.groupby("step").agg(lo=("start_us", "min"), hi=("end_us", "max"))
     return float((per_step["hi"] - per_step["lo"]).mean()) if len(per_step) else math.nan
