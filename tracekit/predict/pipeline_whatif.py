@@ -62,11 +62,8 @@ def balanced_scale(graph: pd.DataFrame, pipeline: pd.DataFrame, blocks: pd.DataF
     inside = np.zeros(len(graph), dtype=bool)
     for r, own in mine.groupby("rank"):
         spans = own.sort_values("start_us")
-        lo, hi = spans["start_us"].to_numpy(), spans["end_us"].to_numpy()
-        on_rank = rank == r
-        i = np.searchsorted(lo, start, side="right") - 1
-        hit = (i >= 0) & (start <= hi[np.maximum(i, 0)])
-        inside |= on_rank & hit
+        _, end = _block_at(spans["start_us"].to_numpy(), spans["end_us"].to_numpy(), start)
+        inside |= (rank == r) & (start <= end)
     computing = np.isin(cat, ("compute", "memory"))
     return np.where(inside & computing, factor, 1.0), ""
 
@@ -87,9 +84,8 @@ def dispatch_per_block(graph: pd.DataFrame | None, blocks: pd.DataFrame) -> np.n
         start = nodes["start_ns"].to_numpy(dtype=np.float64)[order] / 1e3
         end = nodes["end_ns"].to_numpy(dtype=np.float64)[order] / 1e3
         spans = own.sort_values("start_us")
-        lo, hi = spans["start_us"].to_numpy(), spans["end_us"].to_numpy()
-        block = np.searchsorted(lo, start, side="right") - 1
-        inside = (block >= 0) & (start <= hi[np.maximum(block, 0)])
+        block, block_end = _block_at(spans["start_us"].to_numpy(), spans["end_us"].to_numpy(), start)
+        inside = start <= block_end
         start, end, block = start[inside], end[inside], block[inside]
         if len(start) < 2:
             continue
@@ -99,6 +95,13 @@ def dispatch_per_block(graph: pd.DataFrame | None, blocks: pd.DataFrame) -> np.n
         per_block = np.bincount(block[1:], weights=np.minimum(gap, typical), minlength=len(spans))
         dispatch[spans.index.to_numpy()] = per_block
     return dispatch
+
+
+def _block_at(lo: np.ndarray, hi: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For blocks [``lo``, ``hi``] sorted by start: the last one starting at or before each time (-1 for none) and
+    its end (-inf for none)."""
+    block = np.searchsorted(lo, t, side="right") - 1
+    return block, np.where(block >= 0, hi[np.maximum(block, 0)], -np.inf)
 
 
 def _window_blocks(blocks: pd.DataFrame, steps: set[int]) -> pd.DataFrame:
@@ -146,9 +149,8 @@ def between_blocks(graph: pd.DataFrame | None, blocks: pd.DataFrame,
     per: dict[int, list[tuple[float, float]]] = {}
     for r, own_blocks in blocks[blocks["step"].isin(steps)].groupby("rank"):
         spans = own_blocks.sort_values("start_us")
-        lo, hi = spans["start_us"].to_numpy(), spans["end_us"].to_numpy()
-        i = np.searchsorted(lo, start, side="right") - 1
-        between = (rank == r) & (i >= 0) & (start >= hi[np.maximum(i, 0)]) & ~call
+        after, end = _block_at(spans["start_us"].to_numpy(), spans["end_us"].to_numpy(), start)
+        between = (rank == r) & (after >= 0) & (start >= end) & ~call
         for _, bb in spans.groupby("step"):
             inside = between & (start >= bb["start_us"].min()) & (start <= bb["end_us"].max())
             per.setdefault(int(r), []).append((float(own[inside & computing].sum()) / len(bb),
