@@ -18,10 +18,9 @@ from tracekit.read.coded import categorical, factorized, floats_of, to_ns
 from tracekit.read.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read.kineto import NO_ARGS, Args, decode_raw
-from tracekit.read.opcolumns import at_least, memory_columns, memory_table, op_columns, op_table
+from tracekit.read.bytecolumns import NotTaken, chunk_parts
+from tracekit.read.opcolumns import SHAPE_PROBE_OPS, at_least, memory_columns, memory_table, op_columns, op_table
 
-# record_shapes is one switch for every op: the first CPU ops of a trace show whether shapes were recorded.
-_SHAPE_PROBE_OPS = 1000
 
 
 def collect_parts(chunks: Iterable[tuple[list, list]], host_ops=None) -> tuple[list, list, list]:
@@ -33,6 +32,26 @@ def collect_parts(chunks: Iterable[tuple[list, list]], host_ops=None) -> tuple[l
         ops.append(op_columns(events))
         parts.append(_chunk_columns(events, keep_name))
         memory.append(memory_columns(instants))
+    return parts, ops, memory
+
+
+def collect_chunks(chunks: Iterable, decode: Callable, host_ops=None,
+                   cap: int | None = None) -> tuple[list, list, list]:
+    """``collect_parts`` of chunks given as bytes (each a JSON array of events): made by the compiled pass
+    (``bytecolumns.chunk_parts``), or, where it does not take a chunk, of ``decode(chunk)``'s structs (its complete
+    and ``[memory]`` events); the columns are the same either way. ``cap``: the most events a chunk holds (None:
+    unknown)."""
+    keep_name = _NameFilter(host_ops)
+    parts, ops, memory = [], [], []
+    for chunk in chunks:
+        try:
+            part, op, mem = chunk_parts(chunk, keep_name, cap)
+        except NotTaken:
+            events, instants = decode(chunk)
+            part, op, mem = _chunk_columns(events, keep_name), op_columns(events), memory_columns(instants)
+        parts.append(part)
+        ops.append(op)
+        memory.append(mem)
     return parts, ops, memory
 
 
@@ -122,6 +141,22 @@ class _NameFilter:
         return list(itertools.compress(events, keep)), list(itertools.compress(events, map(operator.not_, keep)))
 
 
+    def keep_mask(self, cats: tuple[np.ndarray, list], names: tuple[np.ndarray, list],
+                  has_collective: np.ndarray) -> np.ndarray | None:
+        """``split`` of one chunk's complete events given as coded columns: which to keep (None: all)."""
+        if self.host_ops is None:
+            return None
+        self.cpu_op_cats |= {c for c in cats[1] if canonical_category(c) == "cpu_op"}
+        self.device_seen = self.device_seen or any(canonical_category(c) in DEVICE_CATEGORIES for c in cats[1])
+        if not self.device_seen:
+            return None
+        is_cpu_op = np.array([c in self.cpu_op_cats for c in cats[1]], dtype=bool)
+        wanted = np.array([self.wanted[n] for n in names[1]], dtype=bool)
+        if len(cats[0]) == 0:
+            return np.zeros(0, dtype=bool)
+        return ~is_cpu_op[cats[0]] | wanted[names[0]] | has_collective
+
+
 class _Lookup(dict):
     """A dict that computes a missing value once, from its key."""
 
@@ -169,7 +204,7 @@ def _chunk_columns(events: list, keep_name: _NameFilter) -> dict:
 def _shapes_recorded(events: list) -> bool | None:
     """Whether the first CPU ops of a chunk carry ``Input Dims`` (``record_shapes=True``); None without CPU ops."""
     cpu_op = {c for c in {e.cat for e in events} if canonical_category(c) == "cpu_op"}
-    ops = list(itertools.islice((e for e in events if e.cat in cpu_op), _SHAPE_PROBE_OPS)) if cpu_op else []
+    ops = list(itertools.islice((e for e in events if e.cat in cpu_op), SHAPE_PROBE_OPS)) if cpu_op else []
     if not ops:
         return None
     return any(e.args is not None and len(e.args.input_dims) > 0 for e in ops)

@@ -25,6 +25,7 @@ from tracekit.read.kineto import NO_ARGS
 OP_CATEGORIES = ("cpu_op", "user_annotation")
 OP_COLUMNS = ("rank", "name", "tid", "ts_ns", "dur_ns", "external_id", "flops_arg", "input_dims", "input_type",
               "concrete_inputs", "cpu_op")
+SHAPE_PROBE_OPS = 1000  # record_shapes is one switch for every op: the first CPU ops of a trace show it
 MEMORY_COLUMNS = ("rank", "tid", "ts_ns", "total_allocated", "total_reserved", "bytes", "device_type", "device_id",
                   "addr")
 

@@ -26,7 +26,8 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable
 
-from tracekit.read.columns import _chunk_columns, _NameFilter, collect_parts
+from tracekit.read.bytecolumns import NotTaken, chunk_parts
+from tracekit.read.columns import _chunk_columns, _NameFilter, collect_chunks
 from tracekit.read.opcolumns import memory_columns, op_columns
 
 MAX_HELPERS = 4
@@ -34,13 +35,15 @@ _IN_FLIGHT = 2  # chunks per helper: enough to keep each busy, few enough to bou
 _FILTERS: dict = {}  # host_ops -> its _NameFilter, kept in each helper: a name is asked about once per process
 
 
-def collect_parallel(pieces: Iterable[bytes], decode: Callable, host_ops, workers: int) -> tuple[list, list, list]:
-    """``columns.collect_parts`` of the chunks ``pieces`` (each the bytes of a JSON array of events, decoded by
-    ``decode`` into (complete events, memory events)), made by up to ``workers`` helper processes (at most
-    ``MAX_HELPERS``) where they can be forked, else here; in chunk order."""
+def collect_parallel(pieces: Iterable[bytes], decode: Callable, host_ops, workers: int,
+                     cap: int | None = None) -> tuple[list, list, list]:
+    """``columns.collect_chunks`` of the chunks ``pieces`` (each the bytes of a JSON array of events, of at most
+    ``cap`` events; what the compiled pass does not take is decoded by ``decode`` into (complete events, memory
+    events)), made by up to ``workers`` helper processes (at most ``MAX_HELPERS``) where they can be forked, else
+    here; in chunk order."""
     workers, fork = min(workers, MAX_HELPERS), context()
     if workers < 2 or fork is None or not _picklable(host_ops):
-        return collect_parts((decode(piece) for piece in pieces), host_ops)
+        return collect_chunks(pieces, decode, host_ops, cap)
     parts, ops, memory = [], [], []
     seen = False  # a device event in the chunks whose columns are in
     with ProcessPoolExecutor(max_workers=workers, mp_context=fork) as pool:
@@ -51,7 +54,7 @@ def collect_parallel(pieces: Iterable[bytes], decode: Callable, host_ops, worker
             piece, future, sent = pending.popleft()
             op, part, mem, device = future.result()
             if sent != seen:  # an earlier chunk held the first device event: make this one as one process would
-                op, part, mem, device = chunk_columns(piece, decode, host_ops, seen)
+                op, part, mem, device = chunk_columns(piece, decode, host_ops, seen, cap)
             ops.append(op)
             parts.append(part)
             memory.append(mem)
@@ -59,7 +62,7 @@ def collect_parallel(pieces: Iterable[bytes], decode: Callable, host_ops, worker
 
         try:
             for piece in pieces:
-                pending.append((piece, pool.submit(chunk_columns, piece, decode, host_ops, seen), seen))
+                pending.append((piece, pool.submit(chunk_columns, piece, decode, host_ops, seen, cap), seen))
                 while len(pending) >= _IN_FLIGHT * workers:
                     take()
             while pending:
@@ -71,15 +74,19 @@ def collect_parallel(pieces: Iterable[bytes], decode: Callable, host_ops, worker
     return parts, ops, memory
 
 
-def chunk_columns(piece: bytes, decode: Callable, host_ops, device_seen: bool) -> tuple[dict, dict, dict, bool]:
+def chunk_columns(piece: bytes, decode: Callable, host_ops, device_seen: bool,
+                  cap: int | None = None) -> tuple[dict, dict, dict, bool]:
     """(op columns, event columns, memory columns, device event seen by its end) of one chunk, read after chunks
     that held a device event (``device_seen``) or not."""
-    events, instants = decode(piece)
     keep = _name_filter(host_ops)
     keep.device_seen = device_seen
-    op = op_columns(events)
-    part = _chunk_columns(events, keep)
-    return op, part, memory_columns(instants), keep.device_seen
+    try:
+        part, op, mem = chunk_parts(piece, keep, cap)
+    except NotTaken:
+        events, instants = decode(piece)
+        keep.device_seen = device_seen  # as the pass may have left it
+        op, part, mem = op_columns(events), _chunk_columns(events, keep), memory_columns(instants)
+    return op, part, mem, keep.device_seen
 
 
 def _name_filter(host_ops) -> _NameFilter:

@@ -9,6 +9,7 @@ structs by ``tracekit.read.columns``; files are found and inflated by ``tracekit
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,7 +21,7 @@ import pandas as pd
 from tracekit.read.categories import KNOWN_CATEGORIES, device_evidence
 from tracekit.errors import (EmptyTraceError, NotATraceError, NotJSONError, RankUnknownError, TraceReadError,
                              TruncatedTraceError)
-from tracekit.read.columns import collect_parts, finish_tables
+from tracekit.read.columns import collect_chunks, collect_parts, finish_tables
 from tracekit.read.files import as_path, load_bytes, rank_in_file_name
 from tracekit.read.kineto import CHUNK_DECODER, FAST_DECODER, MEMORY_EVENT, TRACE_DECODER, DistributedInfo, decode_raw
 from tracekit.read.pairs import by_kind, paired, split_events
@@ -127,9 +128,15 @@ def read_tables(path: str | Path, default_rank: int | None = None,
 
 
 def _read_whole(path, data: bytes, default_rank, host_ops) -> RankTables:
-    """``read_tables`` of a whole document: the fast decoders, and what they refuse by the general one."""
+    """``read_tables`` of a whole document: its events in chunks by the compiled pass (``_read_chunked``), and what
+    that refuses by the fast decoders, then by the general one."""
     if len(data) < 64 and not bytes(data).strip():  # a JSON parser would call it truncated, hiding the cause
         raise EmptyTraceError(path, "empty file (no JSON in it)")
+    try:
+        return _read_chunked(path, EventStream(io.BytesIO(), path, data, ReadOptions().chunk_events), default_rank,
+                             host_ops)
+    except _Refused:
+        pass
     try:
         return _read(path, data, default_rank, host_ops, fast=True)
     except _Refused:
@@ -138,18 +145,43 @@ def _read_whole(path, data: bytes, default_rank, host_ops) -> RankTables:
 
 def _read_streamed(path, events: EventStream, default_rank, host_ops, workers: int = 1) -> RankTables:
     """``read_tables`` of a large trace, a chunk at a time (by ``workers`` helper processes when more than one);
-    what the fast decoders refuse is read again whole."""
+    what is refused is read again whole."""
     if not events.found:
         return _read_whole(path, events.document(), default_rank, host_ops)
     try:
-        if workers > 1:
-            parts = collect_parallel(events.chunks(), _complete_events, host_ops, workers)
-        else:
-            parts = collect_parts((_complete_events(chunk) for chunk in events.chunks()), host_ops)
-        trace = FAST_DECODER.decode(events.trace_bytes())
+        if workers == 1:
+            return _read_chunked(path, events, default_rank, host_ops)
+        parts = collect_parallel(events.chunks(), _complete_events, host_ops, workers, events.chunk_events)
+        trace = _header(events)
     except (_Refused, ValueError):  # msgspec's errors are ValueErrors too
-        return _read_whole(path, load_bytes(path), default_rank, host_ops)
+        data = load_bytes(path)
+    else:
+        return _tables(path, trace, parts, default_rank)
+    try:
+        return _read(path, data, default_rank, host_ops, fast=True)
+    except _Refused:
+        return _read(path, data, default_rank, host_ops, fast=False)
+
+
+def _read_chunked(path, events: EventStream, default_rank, host_ops) -> RankTables:
+    """``read_tables`` of a document's events array, chunk by chunk (``columns.collect_chunks``); raises _Refused
+    where the document has no events array the scan finds, or a chunk the fast decoders refuse."""
+    if not events.found:
+        raise _Refused
+    try:
+        parts = collect_chunks(events.chunks(), _complete_events, host_ops, events.chunk_events)
+        trace = _header(events)
+    except ValueError:  # the scan's, and msgspec's errors (ValueErrors too)
+        raise _Refused from None
     return _tables(path, trace, parts, default_rank)
+
+
+def _header(events: EventStream):
+    """The document without its events, decoded (``chunks()`` exhausted)."""
+    try:
+        return FAST_DECODER.decode(events.trace_bytes())
+    except ValueError:
+        raise _Refused from None
 
 
 def _read(path: Path | str, data: bytes, default_rank: int | None, host_ops, fast: bool) -> RankTables:
