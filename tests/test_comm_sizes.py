@@ -15,7 +15,7 @@ import pytest
 
 import tracekit
 from tracekit.events.hostops import reads_host_op
-from tracekit.read.columns import _first_tensor_nelems
+from tracekit.read.commargs import _first_tensor_nelems
 from tracedata import cpu, kernel, launch, write_trace
 
 NCCL_V100 = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"

@@ -1,301 +1,12 @@
 """The compiled pass of ``tracekit.read.bytecolumns``: a chunk of trace events (the bytes of a JSON array of objects)
 -> where each declared field's value lies, and its JSON type. Validates the JSON it passes over (strings, escapes,
-numbers, nesting); anything it does not take returns a negative count, and the chunk is decoded by msgspec instead.
+numbers, nesting: ``_json_kernel``); anything it does not take returns -1, and the chunk is decoded by msgspec
+instead.
 """
 
 import numpy as np
-from numba import njit
 
-
-def kernel(**options):
-    """``njit``, cached, without the GIL and without numba's reference counting (``_nrt=False``): these functions
-    make no array and only index the ones they are given, and counting references to ``buf`` at every inlined
-    helper's call made the pass five times slower (30 ms against 6 ms for a 3.4 MB chunk of 20,000 events). The
-    smallest helpers are inlined (``inline="always"``): 7 ms a chunk against 10, for 5 s of compiling once; inlining
-    all of them gains 1.5 ms more for 15 s."""
-    return njit(cache=True, nogil=True, _nrt=False, **options)
-
-# Value tags, per event and field.
-# ESCAPED: a string with an escape or a byte beyond ASCII (its text is checked and decoded by msgspec);
-# OBJECT: an ``args`` object (another field's object or array is a CONTAINER).
-ABSENT, NULL, INT, FLOAT, STRING, ESCAPED, CONTAINER, BOOL, BIG_INT, OBJECT = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-TAGS = 10
-
-
-
-@kernel(inline="always")
-def _ws(buf, i):  # pragma: no cover (compiled)
-    n = len(buf)
-    while i < n and buf[i] <= 32:  # most bytes are none of the four: one comparison
-        c = buf[i]
-        if c != 32 and c != 10 and c != 13 and c != 9:
-            break
-        i += 1
-    return i
-
-
-@kernel(inline="always")
-def _string_end(buf, i):  # pragma: no cover (compiled)
-    """``buf[i]`` is the opening quote: (index of the closing quote, whether there is an escape or a byte beyond
-    ASCII); (-1, 0): bad."""
-    n = len(buf)
-    i += 1
-    escaped = 0
-    while i < n:
-        c = buf[i]
-        if c == 34:
-            return i, escaped
-        if c < 32:
-            return -1, 0
-        if c >= 128:
-            escaped = 1
-        elif c == 92:
-            escaped = 1
-            if i + 1 >= n:
-                return -1, 0
-            e = buf[i + 1]
-            if e == 117:  # \uXXXX
-                if i + 5 >= n:
-                    return -1, 0
-                for k in range(i + 2, i + 6):
-                    h = buf[k]
-                    if not ((48 <= h <= 57) or (65 <= h <= 70) or (97 <= h <= 102)):
-                        return -1, 0
-                i += 6
-                continue
-            if not (e == 34 or e == 92 or e == 47 or e == 98 or e == 102 or e == 110 or e == 114 or e == 116):
-                return -1, 0
-            i += 2
-            continue
-        i += 1
-    return -1, 0
-
-
-@kernel(inline="always")
-def _number_end(buf, i):  # pragma: no cover (compiled)
-    """A JSON number at ``i``: (end, tag INT/FLOAT/BIG_INT, value if INT); end -1: not a number."""
-    n = len(buf)
-    j = i
-    negative = False
-    if j < n and buf[j] == 45:
-        negative = True
-        j += 1
-    if j >= n or not (48 <= buf[j] <= 57):
-        return -1, 0, 0
-    digits_from = j
-    value = 0
-    if buf[j] == 48:
-        j += 1
-    else:
-        while j < n and 48 <= buf[j] <= 57:
-            if j - digits_from < 18:
-                value = value * 10 + (buf[j] - 48)
-            j += 1
-    digits = j - digits_from
-    tag = INT if digits <= 18 else BIG_INT
-    if j < n and buf[j] == 46:  # .
-        j += 1
-        if j >= n or not (48 <= buf[j] <= 57):
-            return -1, 0, 0
-        while j < n and 48 <= buf[j] <= 57:
-            j += 1
-        tag = FLOAT
-    if j < n and (buf[j] == 101 or buf[j] == 69):  # e E
-        j += 1
-        if j < n and (buf[j] == 43 or buf[j] == 45):
-            j += 1
-        if j >= n or not (48 <= buf[j] <= 57):
-            return -1, 0, 0
-        while j < n and 48 <= buf[j] <= 57:
-            j += 1
-        tag = FLOAT
-    return j, tag, -value if negative else value
-
-
-@kernel()
-def _word_end(buf, i, word):  # pragma: no cover (compiled)
-    n = len(word)
-    if i + n > len(buf):
-        return -1
-    for k in range(n):
-        if buf[i + k] != word[k]:
-            return -1
-    return i + n
-
-
-_TRUE = np.frombuffer(b"true", dtype=np.uint8)
-_FALSE = np.frombuffer(b"false", dtype=np.uint8)
-_NULL = np.frombuffer(b"null", dtype=np.uint8)
-
-
-@kernel()
-def _scalar(buf, i):  # pragma: no cover (compiled)
-    """A value that is not a container at ``i``: (end exclusive, tag, int value, value start, value end)."""
-    c = buf[i]
-    if c == 34:
-        end, escaped = _string_end(buf, i)
-        if end < 0:
-            return -1, 0, 0, 0, 0
-        return end + 1, ESCAPED if escaped else STRING, 0, i + 1, end
-    if c == 45 or 48 <= c <= 57:
-        end, tag, value = _number_end(buf, i)
-        return end, tag, value, i, end
-    if c == 110:
-        end = _word_end(buf, i, _NULL)
-        return end, NULL, 0, i, end
-    if c == 116:
-        end = _word_end(buf, i, _TRUE)
-        return end, BOOL, 0, i, end
-    if c == 102:
-        end = _word_end(buf, i, _FALSE)
-        return end, BOOL, 0, i, end
-    return -1, 0, 0, 0, 0
-
-
-@kernel()
-def _container_end(buf, i, stack):  # pragma: no cover (compiled)
-    """``buf[i]`` opens an object or array: the index after its close, validating what lies inside; -1: bad.
-    ``stack``: room for the open containers (0 array, 1 object), as deep as they may nest."""
-    n = len(buf)
-    top = 0
-    # state: 0 expecting a value (or a close right after opening), 1 after a value, 2 expecting a key
-    stack[0] = 1 if buf[i] == 123 else 0
-    top = 1
-    i = _ws(buf, i + 1)
-    if i >= n:
-        return -1
-    if buf[i] == 125 or buf[i] == 93:
-        if (buf[i] == 125) != (stack[0] == 1):
-            return -1
-        return i + 1
-    state = 2 if stack[0] == 1 else 0
-    while True:
-        if i >= n:
-            return -1
-        if state == 2:  # a key, then a colon
-            if buf[i] != 34:
-                return -1
-            end, _ = _string_end(buf, i)
-            if end < 0:
-                return -1
-            i = _ws(buf, end + 1)
-            if i >= n or buf[i] != 58:
-                return -1
-            i = _ws(buf, i + 1)
-            state = 0
-            continue
-        if state == 0:  # a value
-            if i >= n:
-                return -1
-            c = buf[i]
-            if c == 123 or c == 91:
-                if top == len(stack):
-                    return -1
-                stack[top] = 1 if c == 123 else 0
-                top += 1
-                i = _ws(buf, i + 1)
-                if i >= n:
-                    return -1
-                if buf[i] == 125 or buf[i] == 93:
-                    if (buf[i] == 125) != (stack[top - 1] == 1):
-                        return -1
-                    top -= 1
-                    if top == 0:
-                        return i + 1
-                    i = _ws(buf, i + 1)
-                    state = 1
-                    continue
-                state = 2 if c == 123 else 0
-                continue
-            end, tag, _, _, _ = _scalar(buf, i)
-            if end < 0:
-                return -1
-            i = _ws(buf, end)
-            state = 1
-            continue
-        # state 1: after a value: a comma or this container's close
-        c = buf[i]
-        if c == 44:
-            i = _ws(buf, i + 1)
-            state = 2 if stack[top - 1] == 1 else 0
-            continue
-        if (c == 125 and stack[top - 1] == 1) or (c == 93 and stack[top - 1] == 0):
-            top -= 1
-            if top == 0:
-                return i + 1
-            i = _ws(buf, i + 1)
-            continue
-        return -1
-
-
-@kernel()
-def _value(buf, i, stack):  # pragma: no cover (compiled)
-    """Any value at ``i``: (end exclusive, tag, int value, value start, value end); end -1: bad."""
-    if i >= len(buf):
-        return -1, 0, 0, 0, 0
-    c = buf[i]
-    if c == 123 or c == 91:
-        end = _container_end(buf, i, stack)
-        return end, CONTAINER, 0, i, end
-    return _scalar(buf, i)
-
-
-BUCKETS = 1024  # the keys' hash table (``key_table``): two slots a bucket
-
-
-def key_hash(length, first, middle, last):
-    return (length * 131 + first * 31 + middle * 7 + last) & (BUCKETS - 1)
-
-
-def key_table(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(joined key bytes, offsets, buckets) of ``keys`` for ``_key``: each bucket holds up to two key indices."""
-    offsets = np.cumsum([0] + [len(k) for k in keys]).astype(np.int64)
-    buckets = np.full((BUCKETS, 2), -1, dtype=np.int64)
-    for index, key in enumerate(keys):
-        h = key_hash(len(key), key[0], key[len(key) // 2], key[-1])
-        slot = 0 if buckets[h, 0] < 0 else 1
-        if buckets[h, slot] >= 0:
-            raise ValueError(f"three keys share a bucket: {key!r}")
-        buckets[h, slot] = index
-    return np.frombuffer(b"".join(keys), dtype=np.uint8).copy(), offsets, buckets
-
-
-_key_hash = kernel(inline="always")(key_hash)
-
-
-@kernel()
-def _key(buf, i, keys, offsets, buckets):  # pragma: no cover (compiled)
-    """The key string at ``i``: (index after its colon and spaces, its index in ``keys`` or -1); -1 first: bad. A key
-    with an escape is refused (-1 first): msgspec would match its decoded text."""
-    n = len(buf)
-    if i >= n or buf[i] != 34:
-        return -1, -1
-    end, escaped = _string_end(buf, i)
-    if end < 0 or escaped:
-        return -1, -1
-    length = end - i - 1
-    found = -1
-    if length > 0:
-        h = _key_hash(length, buf[i + 1], buf[i + 1 + length // 2], buf[end - 1])
-        for slot in range(2):
-            k = buckets[h, slot]
-            if k < 0:
-                break
-            a, b = offsets[k], offsets[k + 1]
-            if b - a != length:
-                continue
-            same = True
-            for m in range(length):
-                if keys[a + m] != buf[i + 1 + m]:
-                    same = False
-                    break
-            if same:
-                found = k
-                break
-    j = _ws(buf, end + 1)
-    if j >= n or buf[j] != 58:
-        return -1, -1
-    return _ws(buf, j + 1), found
+from tracekit.read._json_kernel import ABSENT, INT, OBJECT, kernel, key_at, skip_space, string_end, value_end
 
 
 @kernel()
@@ -317,28 +28,28 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
     args_field = n_top - 1
     cap = len(kind)
     n = len(buf)
-    i = _ws(buf, 0)
+    i = skip_space(buf, 0)
     if i >= n or buf[i] != 91:
         return -1
-    i = _ws(buf, i + 1)
+    i = skip_space(buf, i + 1)
     if i < n and buf[i] == 93:
-        return 0 if _ws(buf, i + 1) == n else -1
+        return 0 if skip_space(buf, i + 1) == n else -1
     count = 0
     while True:
         if i >= n or buf[i] != 123 or count == cap:
             return -1
         e = count
-        i = _ws(buf, i + 1)
+        i = skip_space(buf, i + 1)
         if i < n and buf[i] == 125:
             return -1  # no phase
         while True:
-            i, k = _key(buf, i, top_keys, top_offsets, top_buckets)
+            i, k = key_at(buf, i, top_keys, top_offsets, top_buckets)
             if i < 0:
                 return -1
             if k == 0:  # the phase
                 if i >= n or buf[i] != 34:
                     return -1
-                close, escaped = _string_end(buf, i)
+                close, escaped = string_end(buf, i)
                 if close < 0 or escaped:
                     return -1
                 found = -1
@@ -362,23 +73,23 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                 start[args_field, e] = i
                 for f in range(n_top, fields):  # a repeated args key: the last one counts, as in msgspec
                     tag[f, e] = ABSENT
-                i = _ws(buf, i + 1)
+                i = skip_space(buf, i + 1)
                 if i < n and buf[i] == 125:
                     i += 1
                 else:
                     while True:
-                        i, a = _key(buf, i, arg_keys, arg_offsets, arg_buckets)
+                        i, a = key_at(buf, i, arg_keys, arg_offsets, arg_buckets)
                         if i < 0:
                             return -1
-                        stop, t, v, s0, s1 = _value(buf, i, stack)
+                        stop, t, v, s0, s1 = value_end(buf, i, stack)
                         if stop < 0:
                             return -1
                         if a >= 0:
                             f = n_top + a
                             tag[f, e], start[f, e], end[f, e] = t, v if t == INT else s0, s1
-                        i = _ws(buf, stop)
+                        i = skip_space(buf, stop)
                         if i < n and buf[i] == 44:
-                            i = _ws(buf, i + 1)
+                            i = skip_space(buf, i + 1)
                             continue
                         if i < n and buf[i] == 125:
                             i += 1
@@ -386,16 +97,16 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                         return -1
                 end[args_field, e] = i
             else:
-                stop, t, v, s0, s1 = _value(buf, i, stack)
+                stop, t, v, s0, s1 = value_end(buf, i, stack)
                 if stop < 0:
                     return -1
                 if k > 0:
                     f = k - 1
                     tag[f, e], start[f, e], end[f, e] = t, v if t == INT else s0, s1
                 i = stop
-            i = _ws(buf, i)
+            i = skip_space(buf, i)
             if i < n and buf[i] == 44:
-                i = _ws(buf, i + 1)
+                i = skip_space(buf, i + 1)
                 continue
             if i < n and buf[i] == 125:
                 i += 1
@@ -408,12 +119,12 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                 if not allowed[f, tag[f, e]] and not (kind[e] == instant_kind and f == instant_skips):
                     return -1
         count += 1
-        i = _ws(buf, i)
+        i = skip_space(buf, i)
         if i < n and buf[i] == 44:
-            i = _ws(buf, i + 1)
+            i = skip_space(buf, i + 1)
             continue
         if i < n and buf[i] == 93:
-            if _ws(buf, i + 1) != n:
+            if skip_space(buf, i + 1) != n:
                 return -1
             return count
         return -1

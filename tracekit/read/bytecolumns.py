@@ -20,11 +20,12 @@ import pyarrow.compute as pc
 
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read import _events_kernel as kernel
-from tracekit.read._events_kernel import (ABSENT, BIG_INT, BOOL, CONTAINER, ESCAPED, FLOAT, INT, NULL, OBJECT,
-                                          STRING, TAGS)
+from tracekit.read._json_kernel import ABSENT, BIG_INT, ESCAPED, FLOAT, INT, NULL, STRING
+from tracekit.read.bytefields import (ARG_KEYS, ARGS_DECODER, CHECKS, FIELD, MAX_DEPTH, PHASE_TABLE, RAW, TEXT_FIELDS,
+                                      TOP_KEYS)
 from tracekit.read.categories import KNOWN_CATEGORIES, canonical_category
-from tracekit.read.kineto import _OTHER_PHASES, MEMORY_EVENT, Args, _Event
 from tracekit.read.coded import to_ns
+from tracekit.read.kineto import MEMORY_EVENT, Args
 from tracekit.read.opcolumns import OP_CATEGORIES, SHAPE_PROBE_OPS, at_least
 
 __all__ = ["NotTaken", "chunk_parts"]
@@ -34,47 +35,6 @@ class NotTaken(Exception):
     """The compiled pass does not take this chunk: msgspec decodes it."""
 
 
-_TOP = ("cat", "name", "pid", "tid", "ts", "dur", "args")  # args last (the kernel's rule)
-assert _TOP == tuple(f.name for f in msgspec.structs.fields(_Event) if f.name != "ph")
-_ARGS = msgspec.structs.fields(Args)
-FIELD = {name: k for k, name in enumerate(_TOP)} | {f.name: len(_TOP) + k for k, f in enumerate(_ARGS)}
-_TOP_KEYS = kernel.key_table([k.encode() for k in ("ph", *_TOP)])
-_ARG_KEYS = kernel.key_table([f.encode_name.encode() for f in _ARGS])
-_PHASES = ("X", "i", "B", "E", *_OTHER_PHASES)  # kind: 0 complete, 1 instant, 2 and 3 begin/end, the rest skipped
-_PHASE_TABLE = kernel.key_table([p.encode() for p in _PHASES])[:2]
-
-# What each declared field may hold, as msgspec's types say (int | str | None, int | float | None, str, Raw).
-_ID = (ABSENT, NULL, INT, STRING, ESCAPED)
-_NUM = (ABSENT, NULL, INT, FLOAT, BIG_INT)
-_TEXT = (ABSENT, STRING, ESCAPED)
-_OPTIONAL_TEXT = (ABSENT, NULL, STRING, ESCAPED)
-_ANY = (ABSENT, NULL, INT, FLOAT, STRING, ESCAPED, CONTAINER, BOOL, BIG_INT)  # a Raw field: any value
-
-
-def _allowed(annotation) -> tuple:
-    text = str(annotation)
-    if "Raw" in text:
-        return _ANY
-    if "float" in text:
-        return _NUM
-    if "int" in text:
-        return _ID
-    return _OPTIONAL_TEXT if "None" in text else _TEXT
-
-
-ALLOWED = {"cat": _TEXT, "name": _TEXT, "pid": _ID, "tid": _ID, "ts": _NUM, "dur": _NUM, "args": (ABSENT, OBJECT),
-           **{f.name: _allowed(f.type) for f in _ARGS}}
-_RAW = tuple(f.name for f in _ARGS if ALLOWED[f.name] is _ANY)
-_TEXT_FIELDS = tuple(name for name, kinds in ALLOWED.items() if STRING in kinds)
-_ARGS_DECODER = msgspec.json.Decoder(Args)
-MAX_DEPTH = 1024  # containers nested deeper are refused (msgspec's own limit is 1000)
-_ALLOWED_TABLE = np.zeros((len(FIELD), TAGS), dtype=np.bool_)
-for _name, _tags in ALLOWED.items():
-    _ALLOWED_TABLE[FIELD[_name], list(_tags)] = True
-# The kinds msgspec builds as typed structs (complete and instant events; begin/end are refused later) and the field
-# an instant does not have (its "dur" is an unknown key there, passed over).
-_TYPED_KINDS = np.array([p in ("X", "i", "B", "E") for p in _PHASES], dtype=np.bool_)
-_CHECKS = (_ALLOWED_TABLE, _TYPED_KINDS, _PHASES.index("i"), FIELD["dur"])
 
 
 def chunk_parts(chunk, keep_name, cap: int | None = None) -> tuple[dict, dict, dict]:
@@ -92,8 +52,8 @@ def chunk_parts(chunk, keep_name, cap: int | None = None) -> tuple[dict, dict, d
     tag = np.zeros((len(FIELD), cap), dtype=np.int8)  # field-major: a field no event has touches no page
     start = np.empty((len(FIELD), cap), dtype=np.int64)
     end = np.empty((len(FIELD), cap), dtype=np.int64)
-    n = kernel.parse_events(buf, kind, tag, start, end, np.empty(MAX_DEPTH, dtype=np.uint8), *_TOP_KEYS,
-                            *_ARG_KEYS, *_PHASE_TABLE, *_CHECKS)
+    n = kernel.parse_events(buf, kind, tag, start, end, np.empty(MAX_DEPTH, dtype=np.uint8), *TOP_KEYS,
+                            *ARG_KEYS, *PHASE_TABLE, *CHECKS)
     if n < 0:
         raise NotTaken("not taken by the compiled pass")
     chunk_ = _Chunk(buf, kind[:n], tag[:, :n], start[:, :n], end[:, :n])
@@ -117,7 +77,7 @@ class _Chunk:
         """The text of every string field msgspec would build, where it has an escape or a byte beyond ASCII: as
         msgspec checks it (valid UTF-8, valid escapes). (The kernel checked every field's type.)"""
         typed = np.flatnonzero(self.kind_typed())
-        for name in _TEXT_FIELDS:
+        for name in TEXT_FIELDS:
             f = FIELD[name]
             rows = typed[self.tag[f, typed] == ESCAPED]
             for row in rows.tolist():
@@ -205,7 +165,7 @@ class _Chunk:
         f = FIELD["args"]
         if self.tag[f, row] == ABSENT:
             return Args()
-        return _ARGS_DECODER.decode(self.buf[self.start[f, row]:self.end[f, row]].tobytes())
+        return ARGS_DECODER.decode(self.buf[self.start[f, row]:self.end[f, row]].tobytes())
 
     # --- the three parts ---
 
@@ -261,7 +221,7 @@ class _Chunk:
             "name": _subset(self.name, picked), "tid": (tid_codes, [str(v) for v in tids]),
             "ts": to_ns(self.floats(rows, "ts")), "dur": to_ns(self.floats(rows, "dur")),
             "external_id": self.external_ids(rows), "flops_arg": self.floats(rows, "flops"),
-            **{name: self.raw_texts(rows, name) for name in _RAW},
+            **{name: self.raw_texts(rows, name) for name in RAW},
         }
 
     def memory_part(self) -> dict:

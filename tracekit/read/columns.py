@@ -17,9 +17,10 @@ import pyarrow as pa
 from tracekit.read.coded import categorical, factorized, floats_of, to_ns
 from tracekit.read.categories import DEVICE_CATEGORIES, KNOWN_CATEGORIES, canonical_category
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
-from tracekit.read.kineto import NO_ARGS, Args, decode_raw
+from tracekit.read.kineto import NO_ARGS
 from tracekit.read.bytecolumns import NotTaken, chunk_parts
-from tracekit.read.opcolumns import SHAPE_PROBE_OPS, at_least, memory_columns, memory_table, op_columns, op_table
+from tracekit.read.commargs import comm_args_table
+from tracekit.read.opcolumns import SHAPE_PROBE_OPS, memory_columns, memory_table, op_columns, op_table
 
 
 
@@ -105,7 +106,7 @@ def finish_tables(collected: tuple[list, list, list], rank: int, base_ns: int):
     facts = {"shapes_recorded": any(shapes) if shapes else None,
              "device_arg_cats": {c for p in parts for c in p["device_arg_cats"]},
              "ops": op_table(ops, rank, base_ns, horizon), "memory": memory_table(memory, rank, base_ns)}
-    return table, _comm_args(comm_rows, args, names, rank), dropped, first_ts_ns, facts
+    return table, comm_args_table(comm_rows, args, names, rank), dropped, first_ts_ns, facts
 
 
 def _pieces(parts: list[dict], key: str) -> list:
@@ -210,88 +211,6 @@ def _shapes_recorded(events: list) -> bool | None:
     return any(e.args is not None and len(e.args.input_dims) > 0 for e in ops)
 
 
-def _comm_args(rows: list[int], args: dict[int, Args | None], names: dict[int, str], rank: int) -> pd.DataFrame:
-    picked = [args[i] or Args() for i in rows]
-    tensors = [_first_tensor_nelems(decode_raw(a.input_dims, list), decode_raw(a.input_type, list)) for a in picked]
-    return pd.DataFrame({
-        "rank": np.full(len(rows), rank, dtype=np.int32),
-        "row": np.asarray(rows, dtype=np.int64),  # the comm call's row in this rank's events table
-        "collective": [a.collective for a in picked],  # from args only; None when the args do not say
-        "pg": [_pg(a) for a in picked],
-        "pg_desc": [a.pg_desc if isinstance(a.pg_desc, str) else None for a in picked],
-        "peer": _floats([_int(a.dst_rank if a.dst_rank is not None else a.src_rank) for a in picked]),
-        "peer_local": _floats([_local_peer(a, names[i]) for a, i in zip(picked, rows)]),
-        "seq": _floats([a.seq for a in picked]),
-        "in_nelems": at_least(_floats([a.in_nelems for a in picked]), 0),
-        "out_nelems": at_least(_floats([a.out_nelems for a in picked]), 0),
-        "dtype": [a.dtype for a in picked],
-        "group_size": at_least(_floats([a.group_size for a in picked]), 1),
-        "input_nelems": at_least(_floats([t[0] for t in tensors]), 0),
-        "input_type": [t[1] for t in tensors],
-        "second_nelems": at_least(_floats([t[2] for t in tensors]), 0),
-    })
-
-
-def _pg(a: Args):
-    value = a.pg_name if a.pg_name is not None else a.pg_id
-    return None if value is None else str(value)
-
-
-def _int(value) -> int | None:
-    """An integer id (a rank), or None where absent or not an integer."""
-    try:
-        return int(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        return None
-
-
-_P2P_OPS = ("c10d::send", "c10d::recv_")
-
-
-def _local_peer(a: Args, name: str) -> int | None:
-    """gloo's ``c10d::send``/``c10d::recv_``: the peer's group-local rank, the third of its ``Concrete Inputs``
-    (``["", "", "<peer>", "<tag>"]``, with ``record_shapes``); None for any other op or where it is not an integer."""
-    if name not in _P2P_OPS:
-        return None
-    inputs = decode_raw(a.concrete_inputs, list)
-    return _int(inputs[2]) if inputs and len(inputs) > 2 and str(inputs[2]).lstrip("-").isdigit() else None
-
-
-# "Input type" of inputs that are not tensors (ints, strings, process groups), and of lists of tensors.
-_NOT_TENSOR = ("", "Scalar", "ScalarList", "ScalarType", "None", "String")
-_TENSOR_LIST = ("TensorList", "GenericList")
-
-
-def _first_tensor_nelems(dims, types) -> tuple[float | None, str | None, float | None]:
-    """From ``Input Dims``/``Input type``: (elements, type) of the first input tensor, and the elements of the input
-    right after it when that is a plain tensor too (c10d's ``*_base_`` ops take output, input); None where unknown.
-
-    Leading inputs that are not tensors are passed over (vLLM's ``_C_custom_ar::all_reduce`` takes a handle first);
-    a list of tensors ends the search, since its tensors' sizes are not recorded. A 0-dim tensor (``[]`` with a
-    dtype, as in ``dist.all_reduce(loss)``) has one element.
-    """
-    if not dims or not types:
-        return None, None, None
-    for i, (shape, kind) in enumerate(zip(dims, types)):
-        if not isinstance(kind, str) or kind in _TENSOR_LIST:
-            return None, None, None
-        if kind in _NOT_TENSOR:
-            continue
-        nelems = _nelems(shape)
-        if nelems is None:
-            return None, None, None
-        after = i + 1 < min(len(dims), len(types)) and isinstance(types[i + 1], str) and \
-            types[i + 1] not in _NOT_TENSOR + _TENSOR_LIST
-        return nelems, kind, _nelems(dims[i + 1]) if after else None
-    return None, None, None
-
-
-def _nelems(shape) -> float | None:
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-        return None
-    return float(np.prod(shape, dtype=np.float64))
-
-
 def _ids(values) -> np.ndarray:
     """Integer ids as int64; -1 where a value is missing or not an integer."""
     try:
@@ -307,7 +226,3 @@ def _ids_of_mixed(values) -> np.ndarray:
         return np.asarray(values, dtype=np.int64)
     out[for_numeric] = [values[i] for i in for_numeric]
     return out
-
-
-def _floats(values: list) -> np.ndarray:
-    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
