@@ -203,3 +203,14 @@ def test_a_repeated_key_counts_once_its_last_value_as_in_msgspec():
                           '"args":{"External id":1,"correlation":5},"args":{"correlation":7,"correlation":8}}]')
     assert [events["name"][1][c] for c in events["name"][0]] == ["b"] and events["ts"].tolist() == [2000]
     assert events["external_id"].tolist() == [-1] and events["correlation"].tolist() == [8]
+
+
+def test_more_events_than_the_room_given_or_deeper_nesting_is_not_taken():
+    two = bytearray(b'[{"ph":"X","name":"a"},{"ph":"X","name":"b"}]')
+    assert len(bytecolumns.chunk_parts(two, _NameFilter(None), cap=2)[0]["ts"]) == 2
+    with pytest.raises(bytecolumns.NotTaken):
+        bytecolumns.chunk_parts(two, _NameFilter(None), cap=1)
+    deep = '[{"ph":"X","unknown":' + "[" * 300 + "]" * 300 + "}]"
+    with pytest.raises(bytecolumns.NotTaken):
+        _parts(deep)
+    assert len(_parts('[{"ph":"X","unknown":' + "[" * 200 + "]" * 200 + "}]")[0]["ts"]) == 1
