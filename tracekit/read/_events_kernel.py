@@ -11,12 +11,13 @@ from tracekit.read._json_kernel import ABSENT, INT, OBJECT, kernel, key_at, skip
 
 @kernel()
 def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_buckets, arg_keys, arg_offsets,
-                 arg_buckets, phases, phase_offsets, allowed, typed_kinds, instant_kind,
-                 instant_skips):  # pragma: no cover (compiled)
+                 arg_buckets, phases, phase_offsets, allowed, typed_kinds, instant_kind, instant_skips,
+                 spans):  # pragma: no cover (compiled)
     """The number of events in ``buf`` (a JSON array of objects, at most ``len(kind)``), each described in the
     arrays given (allocated by the caller, so that no array is made or counted here): ``kind`` (filled with -1),
-    and per field and event ``tag`` (filled with ABSENT), ``start`` (where the value starts; an INT's value) and
-    ``end`` (a string's span leaves its quotes out); ``stack``: room for nested containers.
+    and per field and event ``tag`` (filled with ABSENT), ``start`` (where the value starts; an INT's value, except
+    in a field ``spans`` marks) and ``end`` (a string's span leaves its quotes out); ``stack``: room for nested
+    containers. A key given twice in one event is refused: msgspec checks every value, the pass only the last.
 
     Top-level key 0 is the phase ("ph"), matched against ``phases`` (its index is the event's ``kind``; -1 unknown
     refuses); top-level key k > 0 is field k - 1; the last top-level key is ``args``, whose members' keys are fields
@@ -64,15 +65,15 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                         if same:
                             found = p
                             break
-                if found < 0:
+                if found < 0 or kind[e] >= 0:  # unknown, or a second phase (msgspec checks each)
                     return -1
                 kind[e] = found
                 i = close + 1
             elif k - 1 == args_field and i < n and buf[i] == 123:  # args: its members
+                if tag[args_field, e] != ABSENT:
+                    return -1  # a repeated key: msgspec checks every value, the pass only the one it keeps
                 tag[args_field, e] = OBJECT
                 start[args_field, e] = i
-                for f in range(n_top, fields):  # a repeated args key: the last one counts, as in msgspec
-                    tag[f, e] = ABSENT
                 i = skip_space(buf, i + 1)
                 if i < n and buf[i] == 125:
                     i += 1
@@ -86,7 +87,9 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                             return -1
                         if a >= 0:
                             f = n_top + a
-                            tag[f, e], start[f, e], end[f, e] = t, v if t == INT else s0, s1
+                            if tag[f, e] != ABSENT:
+                                return -1
+                            tag[f, e], start[f, e], end[f, e] = t, v if t == INT and not spans[f] else s0, s1
                         i = skip_space(buf, stop)
                         if i < n and buf[i] == 44:
                             i = skip_space(buf, i + 1)
@@ -102,7 +105,9 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                     return -1
                 if k > 0:
                     f = k - 1
-                    tag[f, e], start[f, e], end[f, e] = t, v if t == INT else s0, s1
+                    if tag[f, e] != ABSENT:
+                        return -1
+                    tag[f, e], start[f, e], end[f, e] = t, v if t == INT and not spans[f] else s0, s1
                 i = stop
             i = skip_space(buf, i)
             if i < n and buf[i] == 44:

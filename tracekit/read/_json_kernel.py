@@ -35,6 +35,25 @@ def skip_space(buf, i):  # pragma: no cover (compiled)
 
 
 @kernel(inline="always")
+def _hex4(buf, i):  # pragma: no cover (compiled)
+    """The four hex digits at ``i`` as a number; -1: not four hex digits."""
+    if i + 4 > len(buf):
+        return -1
+    code = 0
+    for k in range(i, i + 4):
+        h = buf[k]
+        if 48 <= h <= 57:
+            code = code * 16 + (h - 48)
+        elif 65 <= h <= 70:
+            code = code * 16 + (h - 55)
+        elif 97 <= h <= 102:
+            code = code * 16 + (h - 87)
+        else:
+            return -1
+    return code
+
+
+@kernel(inline="always")
 def string_end(buf, i):  # pragma: no cover (compiled)
     """``buf[i]`` is the opening quote: (index of the closing quote, whether there is an escape or a byte beyond
     ASCII); (-1, 0): bad."""
@@ -54,13 +73,17 @@ def string_end(buf, i):  # pragma: no cover (compiled)
             if i + 1 >= n:
                 return -1, 0
             e = buf[i + 1]
-            if e == 117:  # \uXXXX
-                if i + 5 >= n:
+            if e == 117:  # \uXXXX; a surrogate only as a high and low pair, as msgspec takes it
+                code = _hex4(buf, i + 2)
+                if code < 0 or 0xDC00 <= code <= 0xDFFF:
                     return -1, 0
-                for k in range(i + 2, i + 6):
-                    h = buf[k]
-                    if not ((48 <= h <= 57) or (65 <= h <= 70) or (97 <= h <= 102)):
+                if 0xD800 <= code <= 0xDBFF:
+                    if i + 7 >= n or buf[i + 6] != 92 or buf[i + 7] != 117:
                         return -1, 0
+                    low = _hex4(buf, i + 8)
+                    if not 0xDC00 <= low <= 0xDFFF:
+                        return -1, 0
+                    i += 6
                 i += 6
                 continue
             if not (e == 34 or e == 92 or e == 47 or e == 98 or e == 102 or e == 110 or e == 114 or e == 116):

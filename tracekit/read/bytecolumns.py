@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read import _events_kernel as kernel
 from tracekit.read._json_kernel import ABSENT, BIG_INT, ESCAPED, FLOAT, INT, NULL, STRING
-from tracekit.read.bytefields import (ARG_KEYS, ARGS_DECODER, CHECKS, FIELD, MAX_DEPTH, PHASE_TABLE, RAW, TEXT_FIELDS,
-                                      TOP_KEYS)
+from tracekit.read.bytefields import (ARG_KEYS, ARGS_DECODER, CHECKS, FIELD, MAX_DEPTH, PHASE_TABLE, RAW, SPANS,
+                                      TEXT_FIELDS, TOP_KEYS)
 from tracekit.read.categories import KNOWN_CATEGORIES, canonical_category
 from tracekit.read.coded import to_ns
 from tracekit.read.kineto import MEMORY_EVENT, Args
@@ -45,15 +45,14 @@ def chunk_parts(chunk, keep_name, cap: int | None = None) -> tuple[dict, dict, d
     buf = np.frombuffer(chunk, dtype=np.uint8)
     if not buf.flags.writeable:  # one signature for the compiled pass (read-only arrays would compile another)
         buf = np.frombuffer(bytearray(chunk), dtype=np.uint8)
-    if cap is None:
-        cap = chunk.count(b'"ph"')  # every event the pass takes has a phase: at least as many as its events
-    cap = max(cap, 1)
+    # Room for the events: ``cap``, or as many as the bytes can hold (an event the pass takes, {"ph":"X"}, is 10).
+    cap = max(min(len(chunk) // 10 + 1, cap if cap is not None else len(chunk)), 1)
     kind = np.full(cap, -1, dtype=np.int8)
     tag = np.zeros((len(FIELD), cap), dtype=np.int8)  # field-major: a field no event has touches no page
     start = np.empty((len(FIELD), cap), dtype=np.int64)
     end = np.empty((len(FIELD), cap), dtype=np.int64)
     n = kernel.parse_events(buf, kind, tag, start, end, np.empty(MAX_DEPTH, dtype=np.uint8), *TOP_KEYS,
-                            *ARG_KEYS, *PHASE_TABLE, *CHECKS)
+                            *ARG_KEYS, *PHASE_TABLE, *CHECKS, SPANS)
     if n < 0:
         raise NotTaken("not taken by the compiled pass")
     chunk_ = _Chunk(buf, kind[:n], tag[:, :n], start[:, :n], end[:, :n])
@@ -146,7 +145,10 @@ class _Chunk:
             data, offsets = kernel.gather(self.buf, self.start[f, picked], self.end[f, picked])
             text = pa.Array.from_buffers(pa.large_string(), len(picked),
                                          [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-            parsed = pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)
+            try:
+                parsed = pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)
+            except pa.ArrowInvalid:
+                raise NotTaken(f"a number Arrow does not parse in {name}") from None
             if not np.isfinite(parsed).all():
                 raise NotTaken(f"a number out of range in {name}")  # msgspec refuses it
             out[other] = parsed

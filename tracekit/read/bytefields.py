@@ -44,11 +44,12 @@ ALLOWED = {"cat": _TEXT, "name": _TEXT, "pid": _ID, "tid": _ID, "ts": _NUM, "dur
 RAW = tuple(f.name for f in _ARGS if ALLOWED[f.name] is _ANY)
 TEXT_FIELDS = tuple(name for name, kinds in ALLOWED.items() if STRING in kinds)
 ARGS_DECODER = msgspec.json.Decoder(Args)
-MAX_DEPTH = 256  # values nested deeper are refused (and read by msgspec, whose own limit is deeper)
+MAX_DEPTH = 64  # values nested deeper are refused and read by msgspec (its limit depends on the Python stack)
 _ALLOWED_TABLE = np.zeros((len(FIELD), TAGS), dtype=np.bool_)
 for _name, _tags in ALLOWED.items():
     _ALLOWED_TABLE[FIELD[_name], list(_tags)] = True
 # The kinds msgspec builds as typed structs (complete and instant events; begin/end are refused later) and the field
 # an instant does not have (its "dur" is an unknown key there, passed over).
 _TYPED_KINDS = np.array([p in ("X", "i", "B", "E") for p in PHASES], dtype=np.bool_)
+SPANS = np.array([name in RAW for name in FIELD], dtype=np.bool_)  # a Raw field keeps an integer's text, not its value
 CHECKS = (_ALLOWED_TABLE, _TYPED_KINDS, PHASES.index("i"), FIELD["dur"])

@@ -133,12 +133,17 @@ def _read_chunked(path, events: EventStream, default_rank, host_ops) -> RankTabl
     where the document has no events array the scan finds, or a chunk the fast decoders refuse."""
     if not events.found:
         raise _Refused
+    parts = collect_chunks(_scanned(events), _complete_events, host_ops, events.chunk_events)
+    return _tables(path, _header(events), parts, default_rank)
+
+
+def _scanned(events: EventStream):
+    """The stream's chunks; what its scan cannot cut (an item that is not an object, a document that ends inside
+    the array) is refused, to be read whole, where the general decoder names the error."""
     try:
-        parts = collect_chunks(events.chunks(), _complete_events, host_ops, events.chunk_events)
-        trace = _header(events)
-    except ValueError:  # the scan's, and msgspec's errors (ValueErrors too)
+        yield from events.chunks()
+    except ValueError:
         raise _Refused from None
-    return _tables(path, trace, parts, default_rank)
 
 
 def _header(events: EventStream):
