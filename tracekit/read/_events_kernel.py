@@ -6,7 +6,65 @@ instead.
 
 import numpy as np
 
-from tracekit.read._json_kernel import ABSENT, INT, OBJECT, kernel, key_at, skip_space, string_end, value_end
+from tracekit.read._json_kernel import ABSENT, INT, OBJECT, kernel, skip_space, string_end, value_end
+
+
+BUCKETS = 1024  # the keys' hash table (``key_table``): two slots a bucket
+
+
+def key_hash(length, first, middle, last):
+    return (length * 131 + first * 31 + middle * 7 + last) & (BUCKETS - 1)
+
+
+def key_table(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(joined key bytes, offsets, buckets) of ``keys`` for ``_key``: each bucket holds up to two key indices."""
+    offsets = np.cumsum([0] + [len(k) for k in keys]).astype(np.int64)
+    buckets = np.full((BUCKETS, 2), -1, dtype=np.int64)
+    for index, key in enumerate(keys):
+        h = key_hash(len(key), key[0], key[len(key) // 2], key[-1])
+        slot = 0 if buckets[h, 0] < 0 else 1
+        if buckets[h, slot] >= 0:
+            raise ValueError(f"three keys share a bucket: {key!r}")
+        buckets[h, slot] = index
+    return np.frombuffer(b"".join(keys), dtype=np.uint8).copy(), offsets, buckets
+
+
+_key_hash = kernel(inline="always")(key_hash)
+
+
+@kernel()
+def key_at(buf, i, keys, offsets, buckets):  # pragma: no cover (compiled)
+    """The key string at ``i``: (index after its colon and spaces, its index in ``keys`` or -1); -1 first: bad. A key
+    with an escape is refused (-1 first): msgspec would match its decoded text."""
+    n = len(buf)
+    if i >= n or buf[i] != 34:
+        return -1, -1
+    end, escaped = string_end(buf, i)
+    if end < 0 or escaped:
+        return -1, -1
+    length = end - i - 1
+    found = -1
+    if length > 0:
+        h = _key_hash(length, buf[i + 1], buf[i + 1 + length // 2], buf[end - 1])
+        for slot in range(2):
+            k = buckets[h, slot]
+            if k < 0:
+                break
+            a, b = offsets[k], offsets[k + 1]
+            if b - a != length:
+                continue
+            same = True
+            for m in range(length):
+                if keys[a + m] != buf[i + 1 + m]:
+                    same = False
+                    break
+            if same:
+                found = k
+                break
+    j = skip_space(buf, end + 1)
+    if j >= n or buf[j] != 58:
+        return -1, -1
+    return skip_space(buf, j + 1), found
 
 
 @kernel()

@@ -7,8 +7,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from tracekit.read._events_kernel import key_table
 from tracekit.read._json_kernel import (ABSENT, BIG_INT, BOOL, CONTAINER, ESCAPED, FLOAT, INT, NULL, OBJECT, STRING,
-                                        TAGS, key_table)
+                                        TAGS)
 from tracekit.read.kineto import _OTHER_PHASES, Args, _Event
 
 _TOP = ("cat", "name", "pid", "tid", "ts", "dur", "args")  # args last (the kernel's rule)
