@@ -5,9 +5,9 @@ A compiled pass (``_events_kernel.parse_events``) finds, in one walk over the by
 lies and what JSON type it has; Arrow then joins the spans, encodes the distinct strings and parses the numbers
 (correctly rounded, as msgspec does). Only distinct values and the rare communication calls' args become Python
 objects. The result equals what the msgspec structs give (``columns._chunk_columns``, ``opcolumns.op_columns``,
-``opcolumns.memory_columns``), value for value; what this pass does not take (a begin/end pair, a type msgspec would
-refuse, malformed JSON, an escaped key, an integer id beyond int64) raises ``NotTaken``, and that chunk is decoded by
-msgspec instead.
+``opcolumns.memory_columns``), value for value; what this pass does not take raises ``NotTaken``, and that chunk is
+decoded by msgspec instead: a begin/end pair, a type msgspec would refuse, malformed JSON (a lone surrogate escape
+included), an escaped key, a key given twice in one event, an integer id beyond int64, nesting over ``MAX_DEPTH``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from tracekit.commnames import COLLECTIVE_OP, HOST_COMM_PREFIXES
 from tracekit.read import _events_kernel as kernel
 from tracekit.read._json_kernel import ABSENT, BIG_INT, ESCAPED, FLOAT, INT, NULL, STRING
-from tracekit.read.bytefields import (ARG_KEYS, ARGS_DECODER, CHECKS, FIELD, MAX_DEPTH, PHASE_TABLE, RAW, SPANS,
-                                      TEXT_FIELDS, TOP_KEYS)
+from tracekit.read.bytefields import (ARG_KEYS, ARGS_DECODER, CHECKS, COMPLETE, FIELD, INSTANT, MAX_DEPTH, PAIRED,
+                                      PHASE_TABLE, RAW, SPANS, TEXT_FIELDS, TOP_KEYS)
 from tracekit.read.categories import KNOWN_CATEGORIES, canonical_category
 from tracekit.read.coded import to_ns
 from tracekit.read.kineto import MEMORY_EVENT, Args
@@ -33,8 +33,6 @@ __all__ = ["NotTaken", "chunk_parts"]
 
 class NotTaken(Exception):
     """The compiled pass does not take this chunk: msgspec decodes it."""
-
-
 
 
 def chunk_parts(chunk, keep_name, cap: int | None = None) -> tuple[dict, dict, dict]:
@@ -63,11 +61,11 @@ class _Chunk:
     """One parsed chunk: per event its kind and, per field and event, its tag and span (an INT's value in ``start``)."""
 
     def __init__(self, buf, kind, tag, start, end) -> None:
-        if ((kind == 2) | (kind == 3)).any():
+        if np.isin(kind, PAIRED).any():
             raise NotTaken("begin/end pairs")  # a span may cross chunks: the document is paired whole
         self.buf, self.tag, self.start, self.end = buf, tag, start, end
-        self.complete = np.flatnonzero(kind == 0)
-        self.instant = np.flatnonzero(kind == 1)
+        self.complete = np.flatnonzero(kind == COMPLETE)
+        self.instant = np.flatnonzero(kind == INSTANT)
         self._validate()
         self.cat = self.strings(self.complete, "cat")
         self.name = self.strings(self.complete, "name")

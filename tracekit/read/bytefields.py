@@ -19,6 +19,7 @@ FIELD = {name: k for k, name in enumerate(_TOP)} | {f.name: len(_TOP) + k for k,
 TOP_KEYS = key_table([k.encode() for k in ("ph", *_TOP)])
 ARG_KEYS = key_table([f.encode_name.encode() for f in _ARGS])
 PHASES = ("X", "i", "B", "E", *_OTHER_PHASES)  # kind: 0 complete, 1 instant, 2 and 3 begin/end, the rest skipped
+COMPLETE, INSTANT, PAIRED = PHASES.index("X"), PHASES.index("i"), (PHASES.index("B"), PHASES.index("E"))
 PHASE_TABLE = key_table([p.encode() for p in PHASES])[:2]
 
 # What each declared field may hold, as msgspec's types say (int | str | None, int | float | None, str, Raw).
