@@ -5,6 +5,7 @@ chunk it does not take (a type msgspec refuses, malformed JSON, begin/end pairs,
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 
@@ -255,3 +256,12 @@ def test_more_events_than_the_room_given_or_deeper_nesting_is_not_taken():
     with pytest.raises(bytecolumns.NotTaken):
         _parts('[{"ph":"X","unknown":' + "[" * 65 + "]" * 65 + "}]")
     assert len(_parts('[{"ph":"X","unknown":' + "[" * 64 + "]" * 64 + "}]")[0]["ts"]) == 1
+
+
+def test_the_events_pass_names_the_tokenizer_it_was_compiled_with():
+    """numba's disk cache of parse_events is keyed on its own file: a tokenizer edit must change that file too."""
+    from tracekit.read import _events_kernel, _json_kernel
+    digest = hashlib.sha256(Path(_json_kernel.__file__).read_bytes()).hexdigest()
+    assert digest == _events_kernel.TOKENIZER_SHA256, (
+        f"_json_kernel.py changed: set TOKENIZER_SHA256 in _events_kernel.py to {digest}, or the cached "
+        "parse_events keeps running the old tokenizer")

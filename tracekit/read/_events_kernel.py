@@ -8,6 +8,12 @@ import numpy as np
 
 from tracekit.read._json_kernel import ABSENT, INT, OBJECT, kernel, skip_space, string_end, value_end
 
+# The tokenizer this file's functions were written against. numba keys a function's disk cache on the hash of its
+# own file only, and the machine code of ``parse_events`` and ``key_at`` holds the tokenizer's (inlined or linked):
+# an edit to ``_json_kernel.py`` alone would leave them running the old one from the cache. Changing this line with
+# it (tests/test_bytecolumns.py fails until it is) changes this file's hash, so both are compiled again.
+TOKENIZER_SHA256 = "5cde52c1a973d6a9f6cc07661885c0338af03be77539b41b93c0fc8a8a5fd82e"
+
 
 BUCKETS = 1024  # the keys' hash table (``key_table``): two slots a bucket
 
@@ -32,6 +38,18 @@ def key_table(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _key_hash = kernel(inline="always")(key_hash)
 
 
+@kernel(inline="always")
+def _spells(buf, at, length, words, offsets, k):  # pragma: no cover (compiled)
+    """Whether the ``length`` bytes of ``buf`` at ``at`` are word ``k`` of ``words`` (joined, cut at ``offsets``)."""
+    a = offsets[k]
+    if offsets[k + 1] - a != length:
+        return False
+    for m in range(length):
+        if words[a + m] != buf[at + m]:
+            return False
+    return True
+
+
 @kernel()
 def key_at(buf, i, keys, offsets, buckets):  # pragma: no cover (compiled)
     """The key string at ``i``: (index after its colon and spaces, its index in ``keys`` or -1); -1 first: bad. A key
@@ -50,21 +68,36 @@ def key_at(buf, i, keys, offsets, buckets):  # pragma: no cover (compiled)
             k = buckets[h, slot]
             if k < 0:
                 break
-            a, b = offsets[k], offsets[k + 1]
-            if b - a != length:
-                continue
-            same = True
-            for m in range(length):
-                if keys[a + m] != buf[i + 1 + m]:
-                    same = False
-                    break
-            if same:
+            if _spells(buf, i + 1, length, keys, offsets, k):
                 found = k
                 break
     j = skip_space(buf, end + 1)
     if j >= n or buf[j] != 58:
         return -1, -1
     return skip_space(buf, j + 1), found
+
+
+@kernel(inline="always")
+def _record(tag, start, end, spans, f, e, t, v, s0, s1):  # pragma: no cover (compiled)
+    """Field ``f`` of event ``e``: its tag and span (an INT's value, except in a field ``spans`` marks). False: the
+    key was given before in this event (msgspec checks every value; the pass would check only the last)."""
+    if tag[f, e] != ABSENT:
+        return False
+    tag[f, e], start[f, e], end[f, e] = t, v if t == INT and not spans[f] else s0, s1
+    return True
+
+
+@kernel(inline="always")
+def _next_member(buf, i):  # pragma: no cover (compiled)
+    """After an object member ending at ``i``: (where the next member starts, 1) after a comma, (the index past the
+    object, 0) at its close; -1 second: neither."""
+    n = len(buf)
+    i = skip_space(buf, i)
+    if i < n and buf[i] == 44:
+        return skip_space(buf, i + 1), 1
+    if i < n and buf[i] == 125:
+        return i + 1, 0
+    return i, -1
 
 
 @kernel()
@@ -113,16 +146,9 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                     return -1
                 found = -1
                 for p in range(len(phase_offsets) - 1):
-                    a, b = phase_offsets[p], phase_offsets[p + 1]
-                    if b - a == close - i - 1:
-                        same = True
-                        for m in range(b - a):
-                            if phases[a + m] != buf[i + 1 + m]:
-                                same = False
-                                break
-                        if same:
-                            found = p
-                            break
+                    if _spells(buf, i + 1, close - i - 1, phases, phase_offsets, p):
+                        found = p
+                        break
                 if found < 0 or kind[e] >= 0:  # unknown, or a second phase (msgspec checks each)
                     return -1
                 kind[e] = found
@@ -143,38 +169,26 @@ def parse_events(buf, kind, tag, start, end, stack, top_keys, top_offsets, top_b
                         stop, t, v, s0, s1 = value_end(buf, i, stack)
                         if stop < 0:
                             return -1
-                        if a >= 0:
-                            f = n_top + a
-                            if tag[f, e] != ABSENT:
-                                return -1
-                            tag[f, e], start[f, e], end[f, e] = t, v if t == INT and not spans[f] else s0, s1
-                        i = skip_space(buf, stop)
-                        if i < n and buf[i] == 44:
-                            i = skip_space(buf, i + 1)
-                            continue
-                        if i < n and buf[i] == 125:
-                            i += 1
+                        if a >= 0 and not _record(tag, start, end, spans, n_top + a, e, t, v, s0, s1):
+                            return -1
+                        i, more = _next_member(buf, stop)
+                        if more < 0:
+                            return -1
+                        if more == 0:
                             break
-                        return -1
                 end[args_field, e] = i
             else:
                 stop, t, v, s0, s1 = value_end(buf, i, stack)
                 if stop < 0:
                     return -1
-                if k > 0:
-                    f = k - 1
-                    if tag[f, e] != ABSENT:
-                        return -1
-                    tag[f, e], start[f, e], end[f, e] = t, v if t == INT and not spans[f] else s0, s1
+                if k > 0 and not _record(tag, start, end, spans, k - 1, e, t, v, s0, s1):
+                    return -1
                 i = stop
-            i = skip_space(buf, i)
-            if i < n and buf[i] == 44:
-                i = skip_space(buf, i + 1)
-                continue
-            if i < n and buf[i] == 125:
-                i += 1
+            i, more = _next_member(buf, i)
+            if more < 0:
+                return -1
+            if more == 0:
                 break
-            return -1
         if kind[e] < 0:
             return -1  # no phase
         if typed_kinds[kind[e]]:  # a struct msgspec builds: every field's type checked, as msgspec checks it

@@ -95,6 +95,17 @@ def string_end(buf, i):  # pragma: no cover (compiled)
 
 
 @kernel(inline="always")
+def _digits_end(buf, j):  # pragma: no cover (compiled)
+    """The end of the run of one or more digits at ``j``; -1: no digit there."""
+    n = len(buf)
+    if j >= n or not (48 <= buf[j] <= 57):
+        return -1
+    while j < n and 48 <= buf[j] <= 57:
+        j += 1
+    return j
+
+
+@kernel(inline="always")
 def number_end(buf, i):  # pragma: no cover (compiled)
     """A JSON number at ``i``: (end, tag INT/FLOAT/BIG_INT, value if INT); end -1: not a number."""
     n = len(buf)
@@ -117,20 +128,17 @@ def number_end(buf, i):  # pragma: no cover (compiled)
     digits = j - digits_from
     tag = INT if digits <= 18 else BIG_INT
     if j < n and buf[j] == 46:  # .
-        j += 1
-        if j >= n or not (48 <= buf[j] <= 57):
+        j = _digits_end(buf, j + 1)
+        if j < 0:
             return -1, 0, 0
-        while j < n and 48 <= buf[j] <= 57:
-            j += 1
         tag = FLOAT
     if j < n and (buf[j] == 101 or buf[j] == 69):  # e E
         j += 1
         if j < n and (buf[j] == 43 or buf[j] == 45):
             j += 1
-        if j >= n or not (48 <= buf[j] <= 57):
+        j = _digits_end(buf, j)
+        if j < 0:
             return -1, 0, 0
-        while j < n and 48 <= buf[j] <= 57:
-            j += 1
         tag = FLOAT
     return j, tag, -value if negative else value
 
