@@ -26,7 +26,7 @@ from tracekit.read.bytefields import (ARG_KEYS, ARGS_DECODER, CHECKS, COMPLETE, 
 from tracekit.read.categories import KNOWN_CATEGORIES, canonical_category
 from tracekit.read.coded import to_ns
 from tracekit.read.kineto import MEMORY_EVENT, Args
-from tracekit.read.opcolumns import OP_CATEGORIES, SHAPE_PROBE_OPS, at_least
+from tracekit.read.opcolumns import OP_CATEGORIES, SHAPE_PROBE_OPS, _ids, at_least
 
 __all__ = ["NotTaken", "chunk_parts"]
 
@@ -191,7 +191,7 @@ class _Chunk:
         return {
             "ts": to_ns(self.floats(rows, "ts")), "dur": to_ns(self.floats(rows, "dur")),
             "cat": cat, "name": name, "pid": self.ids(rows, "pid"), "tid": tids,
-            "tid_num": _integer_ids(tids[1])[tids[0]],
+            "tid_num": _ids(tids[1])[tids[0]],
             "correlation": self.integers(rows, "correlation"), "stream": self.integers(rows, "stream"),
             "external_id": self.external_ids(rows),
             "comm_rows": comm_rows, "comm_args": [self.args(int(rows[i])) for i in comm_rows],
@@ -266,8 +266,3 @@ def _subset(coded: tuple[np.ndarray, list], mask: np.ndarray) -> tuple[np.ndarra
     renumbered = np.full(len(values), -1, dtype=np.int32)
     renumbered[present] = np.arange(len(present), dtype=np.int32)
     return renumbered[picked], [values[c] for c in present.tolist()]
-
-
-def _integer_ids(values: list) -> np.ndarray:
-    """Distinct id values as int64: -1 for a string or None (``columns._ids``)."""
-    return np.array([v if isinstance(v, int) else -1 for v in values], dtype=np.int64)
