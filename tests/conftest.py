@@ -11,7 +11,8 @@
 - Parallel runs (pytest-xdist, ``-n``): a test marked ``serial`` (one that times a live job, which a neighbour on
   another core would skew) runs alone: while it runs, no other worker runs a test (``_turn``). Each worker
   picks ports in its own range (``workloads.ports``), so two workers never start servers or rendezvous on one port.
-- ``summaries``: one Summary per (run, options) for the whole session, for tests that only read it.
+- ``summaries``: one Summary per (run, options) for the whole test run, shared by the workers, for tests that only
+  read it.
 """
 
 from __future__ import annotations
@@ -199,24 +200,61 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+# summarize's options that choose how a run is analysed, not what is found (tests/test_engine.py and
+# tests/test_cache.py check that each gives the same Summary): one shared Summary serves them all.
+HOW_OPTIONS = ("cache", "cache_dir", "workers", "engine")
+
+
 @pytest.fixture(scope="session")
 def summaries():
-    """``summaries(path, **options)``: ``tracekit.summarize(path, **options)``, computed once per session for each
-    (path, options), for tests that read the same run. A Summary cannot be changed (frozen, and each table read is
-    a copy), so sharing it cannot let one test change what another sees."""
+    """``summaries(path, **options)``: ``tracekit.summarize(path, **options)``, computed once per test run for each
+    (path, options that decide the result), for tests that read the same run. A Summary cannot be changed (frozen,
+    and each table read is a copy), so sharing it cannot let one test change what another sees.
+
+    It is computed serially, every rank in the asking process (``workers=1, cache=False``): the reference that
+    tests/test_engine.py holds the process pool, Dask and the cache to.
+    Under pytest-xdist the workers share it too: the first worker to ask computes it and leaves
+    a pickle in the run's temporary folder, under a lock, and the others load that pickle; each gets the Summary
+    with its event tables off the heap, in a temporary folder of its own (``offheap.kept``), as
+    ``summarize(..., cache=False)`` gives it."""
     import inspect
 
     import tracekit
 
     defaults = {name: p.default for name, p in inspect.signature(tracekit.summarize).parameters.items()
                 if p.default is not inspect.Parameter.empty}
+    shared = Path(os.environ[LOCK_ENV]).parent / "summaries" if _worker and os.environ.get(LOCK_ENV) else None
     memo = {}
 
     def get(path, **options):
         # Options at their default count as given: summaries(run) and summaries(run, window="drop_last") are one.
-        key = (str(Path(path).resolve()), tuple(sorted({**defaults, **options}.items(), key=lambda kv: kv[0])))
+        what = {k: v for k, v in sorted({**defaults, **options}.items()) if k not in HOW_OPTIONS}
+        key = (str(Path(path).resolve()), tuple(what.items()))
         if key not in memo:
-            memo[key] = tracekit.summarize(path, **options)
+            memo[key] = _shared_summary(shared, key, lambda: tracekit.summarize(path, cache=False, workers=1, **what))
         return memo[key]
 
     return get
+
+
+def _shared_summary(folder: Path | None, key: tuple, compute):
+    """``compute()``'s Summary, or where another worker of this run computed it for ``key``, its pickle."""
+    if folder is None or fcntl is None:
+        return compute()
+    import hashlib
+    import pickle
+
+    from tracekit.summary import offheap
+
+    folder.mkdir(exist_ok=True)
+    name = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+    with open(folder / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker computes; the others wait for its pickle
+        done = folder / f"{name}.pickle"
+        if done.is_file():
+            return offheap.kept(pickle.loads(done.read_bytes()))
+        summary = compute()
+        part = folder / f"{name}.part"
+        part.write_bytes(pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL))
+        part.rename(done)
+        return summary

@@ -192,6 +192,33 @@ def test_summaries_share_one_summary_per_run_and_options(summaries):
     ranks.loc[0, "span_us"] = -1.0
     assert (s.ranks["span_us"] > 0).all()
     assert golden_form(s, run) == golden_form(tracekit.summarize(run, workers=1, cache=False), run)
+    # Options that choose only how the run is analysed share it too.
+    assert summaries(run) is s and summaries(run, workers=2, cache=True) is s
+
+
+def test_a_summary_computed_by_one_worker_is_loaded_by_another(tmp_path):
+    from conftest import _shared_summary
+    from tracekit.summary import offheap
+    from tracekit.summary.model import EVENT_TABLES
+
+    run = REPO / "sample_traces" / "resnet-gloo-2rank"
+    computed = []
+
+    def compute(window="drop_last"):
+        computed.append(window)
+        return tracekit.summarize(run, workers=1, cache=False, window=window)
+
+    key = (str(run), (("window", "drop_last"),))
+    first = _shared_summary(tmp_path, key, compute)
+    second = _shared_summary(tmp_path, key, compute)  # another worker: the pickle, not a second analysis
+    assert len(computed) == 1 and second is not first
+    assert [p.suffix for p in tmp_path.iterdir() if p.suffix != ".lock"] == [".pickle"]
+    assert offheap.folder_of(second) not in (None, offheap.folder_of(first))  # its own folder, off the heap
+    assert golden_form(second, run) == golden_form(first, run)
+    for name in EVENT_TABLES:
+        assert getattr(second, name).equals(getattr(first, name)), name
+    other = _shared_summary(tmp_path, (str(run), (("window", "all_steps"),)), lambda: compute("all_steps"))
+    assert computed == ["drop_last", "all_steps"] and other.run.window == "all_steps"  # another key: computed
 
 
 def golden_form(s, run):

@@ -52,9 +52,9 @@ def test_per_step_parts_are_computed_by_hand_and_add_up_to_the_step_time(runs):
         assert table.loc[causes, side].sum() == pytest.approx(table.loc["idle_ms", side])
 
 
-def test_real_runs_add_up_too():
+def test_real_runs_add_up_too(summaries):
     samples = Path(__file__).resolve().parents[1] / "sample_traces"
-    a, b = (tracekit.summarize(samples / n, workers=1, cache=False) for n in ("resnet-gloo-2rank", "gpt-gloo-2rank"))
+    a, b = (summaries(samples / n, workers=1, cache=False) for n in ("resnet-gloo-2rank", "gpt-gloo-2rank"))
     table = tracekit.compare(a, b).table.set_index("metric")
     for side in ("a", "b"):
         assert table.loc[list(PARTS), side].sum() == pytest.approx(table.loc["step_time_ms", side], rel=1e-9)
@@ -80,7 +80,7 @@ def test_a_collective_one_run_never_calls_is_zero_there(runs):
     assert math.isnan(reverse.loc["all_reduce_calls_per_step", "ratio"])  # b / 0
 
 
-def test_rows_name_their_source_and_a_disagreement_in_direction_is_flagged():
+def test_rows_name_their_source_and_a_disagreement_in_direction_is_flagged(summaries):
     """Step time comes from the traces' profiled steps, throughput from run.json's un-profiled ones. With the same
     samples per step, a 1.22x slower profiled step implies 1/1.22 = 0.82x the throughput; run.json saying 1.18x
     disagrees in direction and gets a note. 0.85x would agree and gets none."""
@@ -88,7 +88,7 @@ def test_rows_name_their_source_and_a_disagreement_in_direction_is_flagged():
     from tracekit.render.compare import THROUGHPUT_SOURCE, TRACE_SOURCE, compare as compare_summaries
     from tracekit.summary.facts import WorkloadRun
 
-    base = tracekit.summarize(ROOT / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
+    base = summaries(ROOT / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
     slower = dataclasses.replace(base, ranks=base.ranks, steps=base.steps.assign(step_us=base.steps["step_us"] * 1.22))
 
     def with_rate(s, rate):

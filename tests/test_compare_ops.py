@@ -169,9 +169,9 @@ def test_cli_prints_the_tables_and_their_json(folders, capsys):
     assert set(doc["kernels"][0]) == set(COLUMNS)
 
 
-def test_a_cpu_only_pair_uses_host_self_time():
+def test_a_cpu_only_pair_uses_host_self_time(summaries):
     samples = Path(__file__).resolve().parents[1] / "sample_traces"
-    a, b = (tracekit.summarize(samples / n, workers=1, cache=False)
+    a, b = (summaries(samples / n, workers=1, cache=False)
             for n in ("resnet-gloo-2rank", "resnet-gloo-2rank-accum2"))
     result = tracekit.compare(a, b)
     assert result.op_time == ("host", "host") and result.kernels.empty

@@ -84,8 +84,8 @@ def test_docstring_examples_run(monkeypatch):
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
-def test_json_and_text_renderings():
-    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False)
+def test_json_and_text_renderings(summaries):
+    s = summaries(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False)
     data = json.loads(s.to_json())
     assert set(data) >= {"run", "ranks", "steps", "collectives", "stragglers", "findings"}
     assert data["ranks"][0]["rank"] == 0 and len(data["ranks"]) == len(s.ranks)
@@ -99,10 +99,10 @@ def test_json_and_text_renderings():
     assert "Per rank" in text and "all_reduce" in text
 
 
-def test_schema_names_every_column():
+def test_schema_names_every_column(summaries):
     from tracekit import schema
 
-    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False)
+    s = summaries(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False)
     assert list(s.ranks.columns) == list(schema.RANK_COLUMNS)
     assert list(s.steps.columns) == list(schema.STEP_COLUMNS)
     assert list(s.collectives.columns) == list(schema.COLLECTIVE_COLUMNS)

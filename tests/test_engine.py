@@ -61,9 +61,9 @@ def _plain(value):
 
 
 @pytest.fixture(scope="module")
-def plain():
+def plain(summaries):
     """The reference: every rank in this process, no cache."""
-    return {run: tracekit.summarize(run, workers=1, cache=False) for run in RUNS}
+    return {run: summaries(run, workers=1, cache=False) for run in RUNS}
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)

@@ -157,12 +157,12 @@ def test_round_trip_same_ranks_same_busy_time(run, tmp_path):
 
 @pytest.mark.parametrize("folder", ["sample_traces/gpt-gloo-2rank", "../shared/traces/hta/nccl_a100_2rank",
                                     "../shared/traces/hta/sampled_128rank", "../shared/traces/hta/cpu_only_gloo"])
-def test_round_trip_of_real_runs(folder, tmp_path):
+def test_round_trip_of_real_runs(folder, tmp_path, summaries):
     """CPU (gloo) and GPU (NCCL, sampled ranks) runs read back with the same ranks, busy, comm and step times."""
     folder = ROOT / folder
     if not folder.exists():
         pytest.skip(f"{folder} not here")
-    summary = tracekit.summarize(folder, cache=False)
+    summary = summaries(folder, cache=False)
     trace = json.loads(json.dumps(export_trace(summary, rank_events(summary))))
     back = _read_back(trace, tmp_path)
     assert back.ranks["rank"].tolist() == summary.ranks["rank"].tolist()
@@ -232,11 +232,11 @@ def _partial_overlaps(trace) -> int:
     return bad
 
 
-def test_slices_of_one_thread_nest_on_runs_with_concurrent_collectives():
+def test_slices_of_one_thread_nest_on_runs_with_concurrent_collectives(summaries):
     # resnet-gloo-4rank runs gradient buckets' all-reduces concurrently on gloo's threads: one collectives thread
     # would hold 16 partly overlapping slices.
     folder = ROOT / "sample_traces" / "resnet-gloo-4rank"
-    summary = tracekit.summarize(folder, cache=False)
+    summary = summaries(folder, cache=False)
     trace = export_trace(summary, rank_events(summary))
     assert _partial_overlaps(trace) == 0
     tids = {e["tid"] for e in trace["traceEvents"] if e.get("cat") == "tracekit.collective" and e["ph"] == "X"}

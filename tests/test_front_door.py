@@ -6,8 +6,6 @@ from __future__ import annotations
 import doctest
 from pathlib import Path
 
-import pandas as pd
-
 import tracekit
 from tracekit import api
 from frame_equal import assert_frame_equal
@@ -16,18 +14,18 @@ RUN = Path(__file__).resolve().parents[1] / "sample_traces" / "gpt-gloo-2rank-st
 OTHER = Path(__file__).resolve().parents[1] / "sample_traces" / "gpt-gloo-2rank"
 
 
-def test_whatif_of_a_folder_is_whatif_of_its_summary():
+def test_whatif_of_a_folder_is_whatif_of_its_summary(summaries):
     scenarios = ["baseline", "no_straggler"]
     by_path = tracekit.whatif(RUN, scenarios, window="all_steps", cache=False)
-    by_summary = tracekit.whatif(tracekit.summarize(RUN, window="all_steps", cache=False), scenarios)
+    by_summary = tracekit.whatif(summaries(RUN, window="all_steps", cache=False), scenarios)
     assert_frame_equal(by_path, by_summary)
     assert by_path.loc[1, "step_time_us"] < by_path.loc[0, "step_time_us"]  # the straggler's delay is removed
 
 
-def test_compare_of_folders_is_compare_of_their_summaries():
+def test_compare_of_folders_is_compare_of_their_summaries(summaries):
     by_path = tracekit.compare(OTHER, RUN, cache=False)
-    summaries = [tracekit.summarize(p, cache=False) for p in (OTHER, RUN)]
-    by_summary = tracekit.compare(*summaries)
+    both = [summaries(p, cache=False) for p in (OTHER, RUN)]
+    by_summary = tracekit.compare(*both)
     assert_frame_equal(by_path.table, by_summary.table)
     assert (by_path.a, by_path.b) == (str(OTHER), str(RUN))
 

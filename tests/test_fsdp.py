@@ -231,8 +231,8 @@ def test_gpu_gathers_are_tied_by_their_launch(tmp_path):
     assert f["allgather_bytes"].tolist() == pytest.approx([400, 400])  # 100 float32 out
 
 
-def test_a_ddp_run_has_an_empty_fsdp_table():
-    s = tracekit.summarize("sample_traces/gpt-gloo-2rank", cache=False, workers=1)
+def test_a_ddp_run_has_an_empty_fsdp_table(summaries):
+    s = summaries("sample_traces/gpt-gloo-2rank", cache=False, workers=1)
     assert s.fsdp.empty and list(s.fsdp.columns) == list(FSDP_COLUMNS)
     assert s.fsdp_totals().empty
     assert not [f for f in s.findings if f.kind.startswith("fsdp_")]
@@ -253,7 +253,7 @@ def open_page(monkeypatch, run: str, rank: int = 0):
     return at.run()
 
 
-def test_the_fsdp_page_shows_each_unit_and_the_findings(monkeypatch):
+def test_the_fsdp_page_shows_each_unit_and_the_findings(monkeypatch, summaries):
     import json
 
     from app import fmt
@@ -261,7 +261,7 @@ def test_the_fsdp_page_shows_each_unit_and_the_findings(monkeypatch):
     at = open_page(monkeypatch, FSDP_RUN, rank=1)
     assert not at.exception, at.exception[0].value if at.exception else ""
     assert at.title[0].value == "FSDP" and at.session_state["tracekit.has_fsdp"]
-    s = tracekit.summarize(REPO / FSDP_RUN, cache=False)
+    s = summaries(REPO / FSDP_RUN, cache=False)
     f = s.fsdp[s.fsdp["in_window"] & (s.fsdp["rank"] == 1)]
     # per unit and phase, the mean over the window's steps, worked out here from summary.fsdp
     shown = at.dataframe[0].value
@@ -335,10 +335,10 @@ def test_fsdp1_brackets_pair_nested_and_chained_units():
 
 
 @pytest.mark.parametrize("a, b", [(DDP_RUN, FSDP_RUN), (FSDP_RUN, "sample_traces/fsdp-gloo-2rank-prefetch0")])
-def test_compare_ddp_with_fsdp_and_two_fsdp_settings_per_step(a, b):
+def test_compare_ddp_with_fsdp_and_two_fsdp_settings_per_step(a, b, summaries):
     from tracekit.render.compare import PARTS
 
-    sa, sb = (tracekit.summarize(REPO / r, cache=False) for r in (a, b))
+    sa, sb = (summaries(REPO / r, cache=False) for r in (a, b))
     table = tracekit.compare(sa, sb).table.set_index("metric")
     for side, s in (("a", sa), ("b", sb)):
         assert sum(float(table.loc[p, side]) for p in PARTS) == pytest.approx(float(table.loc["step_time_ms", side]))
@@ -346,7 +346,7 @@ def test_compare_ddp_with_fsdp_and_two_fsdp_settings_per_step(a, b):
         assert float(table.loc["step_time_ms", side]) == pytest.approx(steps.groupby("rank")["step_us"].mean().mean() / 1e3)
 
 
-def test_the_compare_page_puts_ddp_beside_fsdp(monkeypatch):
+def test_the_compare_page_puts_ddp_beside_fsdp(monkeypatch, summaries):
     streamlit_testing = pytest.importorskip("streamlit.testing.v1")
     monkeypatch.setattr("sys.argv", ["main.py", "--root", str(REPO / "sample_traces")])
     at = streamlit_testing.AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120)
@@ -354,20 +354,18 @@ def test_the_compare_page_puts_ddp_beside_fsdp(monkeypatch):
     at.run()
     assert not at.exception, at.exception[0].value if at.exception else ""
     shown = at.dataframe[0].value
-    expected = tracekit.compare(tracekit.summarize(REPO / DDP_RUN, cache=False),
-                                tracekit.summarize(REPO / FSDP_RUN, cache=False)).table
+    expected = tracekit.compare(summaries(REPO / DDP_RUN, cache=False),
+                                summaries(REPO / FSDP_RUN, cache=False)).table
     assert_frame_equal(shown.reset_index(drop=True).astype(object).where(shown.notna(), None),
                        expected.reset_index(drop=True).astype(object).where(expected.notna(), None),
                        check_dtype=False)
     assert "all_gather_MB_per_step" in set(shown["metric"])
 
 
-def test_fp32_gather_finding_of_unknown_size_says_unknown_not_zero():
+def test_fp32_gather_finding_of_unknown_size_says_unknown_not_zero(summaries):
     """A float32 gather whose size the trace does not give (a DTensor-sharded gather on gloo) is 'unknown MB', and
     its evidence NaN: never '0.00 MB'."""
-    import dataclasses
-
-    s = tracekit.summarize(ROOT / "sample_traces" / "fsdp-gloo-2rank-prefetch0", cache=False, workers=1)
+    s = summaries(ROOT / "sample_traces" / "fsdp-gloo-2rank-prefetch0", cache=False, workers=1)
     from tracekit.findings import fsdp_findings
 
     fsdp = s.fsdp.assign(allgather_dtype="float", wait_us=s.fsdp["wait_us"] * 0 + 1e9)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import tracekit
 from tracekit.events.fsdp import rank_totals
 from tracekit.findings import fsdp_findings
 
@@ -19,8 +18,8 @@ PREFETCH1 = REPO / "sample_traces" / "fsdp-gloo-2rank"
 
 
 @pytest.fixture(scope="module")
-def samples():
-    return {name: tracekit.summarize(path, cache=False, workers=1)
+def samples(summaries):
+    return {name: summaries(path, cache=False, workers=1)
             for name, path in (("prefetch0", PREFETCH0), ("prefetch1", PREFETCH1))}
 
 

@@ -292,13 +292,13 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
                                  SHARED / "ns_resolution_1rank", SHARED / "sampled_128rank", SHARED / "cpu_only_gloo",
                                  SAMPLES / "gpt-gloo-2rank-straggler", SAMPLES / "fsdp-gloo-2rank"],
                          ids=lambda p: p.name)
-def test_every_gaps_split_adds_up_to_it_and_the_ranks_sums(run):
+def test_every_gaps_split_adds_up_to_it_and_the_ranks_sums(run, summaries):
     # On real traces (GPU: A100, MI250, 128 sampled ranks; CPU-only gloo ranks, the samples with thousands of gaps):
     # no part negative, each gap's parts add up to its length, its cause is its largest part, and the rank's
     # idle_<cause>_us are the sums of its gaps' parts (idle_us in all).
     if not run.is_dir():
         pytest.skip(f"{run} not here")
-    s = tracekit.summarize(run, cache=False)
+    s = summaries(run, cache=False)
     cols = [f"idle_{c}_us" for c in CAUSES]
     parts = s.gaps[cols]
     assert (parts.to_numpy() >= 0).all()

@@ -30,10 +30,10 @@ needs_shared = pytest.mark.skipif(not ONE_OF_TWO.is_dir(), reason=f"needs the sh
 
 # ------------------------------------------------------------------- MFU n/a on a CPU, in the HTML report too
 
-def test_the_html_reports_ranks_table_writes_cpu_mfu_as_na():
+def test_the_html_reports_ranks_table_writes_cpu_mfu_as_na(summaries):
     """resnet-gloo-2rank is CPU-only: no device peak, so MFU is n/a (as in the text report and the viewer), not
     'unknown'; the FLOPs per step beside it are known (1,738,260,480)."""
-    page = report.html_report(tracekit.summarize(SAMPLES / "resnet-gloo-2rank", cache=False, workers=1))
+    page = report.html_report(summaries(SAMPLES / "resnet-gloo-2rank", cache=False, workers=1))
     ranks = page.split("Per rank (times in ms")[1].split("</table>")[0]
     rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", ranks, re.S)]
     rows = [r for r in rows if r]
@@ -252,12 +252,12 @@ AMD = REPO.parent / "shared" / "traces" / "hta" / "amd_mi250"
 
 
 @pytest.mark.skipif(not AMD.is_dir(), reason=f"needs the shared traces ({AMD})")
-def test_amd_mi250s_gflop_per_step_reads_alike_in_the_text_and_the_viewer(runs_root, page):
+def test_amd_mi250s_gflop_per_step_reads_alike_in_the_text_and_the_viewer(runs_root, page, summaries):
     """327,680 matmul FLOPs per step = 0.00032768 GFLOP: '0.000328' (three significant digits below 1) in the text
     report and on the Operators page's card (the issue saw 0.00, 0.0003277 and 1.651e-05); MFU n/a in both, the
     Radeon having no datasheet peak in tracekit."""
     shutil.copytree(AMD, runs_root / "amd_mi250", dirs_exist_ok=True)
-    s = tracekit.summarize(AMD, cache=False, workers=1)
+    s = summaries(AMD, cache=False, workers=1)
     assert s.ranks["matmul_flops_per_step"].tolist() == [327_680.0]
     text = str(s).split("Matmul FLOPs and MFU per rank")[1].splitlines()
     assert text[2].split()[-3:] == ["0.000328", "0.0000351", "n/a"]

@@ -103,8 +103,8 @@ def test_a_trace_without_steps_says_what_the_window_is(tmp_path):
                               "(times below are per rank over it)")
 
 
-def test_the_slowest_rank_card_is_the_slowest_rank():
-    s = tracekit.summarize(REPO / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
+def test_the_slowest_rank_card_is_the_slowest_rank(summaries):
+    s = summaries(REPO / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
     # rank 0 the slowest (300 ms a step), rank 1 most often last to collectives (5 times) and no straggler
     ranks = s.ranks.assign(step_time_us=[300e3, 200e3], last_arrivals=[0, 5])
     s = dataclasses.replace(s, ranks=ranks, stragglers=s.stragglers.iloc[0:0])
@@ -115,12 +115,12 @@ def test_the_slowest_rank_card_is_the_slowest_rank():
     assert "a rank&#x27;s step: from the start of one ProfilerStep to the next)" in html
 
 
-def test_one_rank_read_names_no_slowest_rank_and_says_why_waits_are_unknown():
+def test_one_rank_read_names_no_slowest_rank_and_says_why_waits_are_unknown(summaries):
     """One rank of a two-rank run: no 'slowest rank' or 'most often last' card (there is no other rank), and the
     wait/transfer chart says why it is empty instead of drawing empty axes."""
     from tracekit.render import charts
 
-    s = tracekit.summarize(REPO / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
+    s = summaries(REPO / "sample_traces" / "gpt-gloo-2rank", cache=False, workers=1)
     one = dataclasses.replace(s, ranks=s.ranks.iloc[:1])
     head = charts.headline(one)
     assert head["worst_rank"] is None and head["slowest_rank"] is None

@@ -71,7 +71,7 @@ def test_every_sample_and_shared_run_is_here():
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_the_off_heap_tables_are_the_in_memory_ones(run, summaries, in_memory):
-    off = summaries(run)  # the session's Summary: cache on, so its tables are files in the cache
+    off = summaries(run)  # the shared Summary (cache off): its tables are files in a temporary folder
     assert sorted(mapped(off)) == sorted(EVENT_TABLES)
     assert_tables_equal(off, in_memory(run))
     assert all(t.loaded for t in mapped(off).values())

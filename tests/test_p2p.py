@@ -204,9 +204,9 @@ RUNS = Path(__file__).resolve().parents[1] / "sample_traces"
 
 
 @pytest.mark.parametrize("run", ["pp-gpipe-2rank", "pp-interleaved-2rank", "pp-1f1b-4rank"])
-def test_real_pipeline_runs_pair_every_send_and_carry_the_activations(run):
+def test_real_pipeline_runs_pair_every_send_and_carry_the_activations(run, summaries):
     layout = json.loads((RUNS / run / "run.json").read_text())["layout"]
-    s = tracekit.summarize(RUNS / run, cache=False)
+    s = summaries(RUNS / run, cache=False)
     p = s.p2p
     assert (p["status"] == "matched").all() and len(p)
     boundaries = layout["num_stages"] - 1
@@ -272,9 +272,9 @@ def test_a_queued_gloo_collective_keeps_its_group_past_a_pipeline_receive(tmp_pa
     assert c["matched"].all() and c["match_id"].nunique() == 1 and s.mismatches.empty
 
 
-def test_real_tensor_parallel_counts_per_step_are_commdebugmode_s():
+def test_real_tensor_parallel_counts_per_step_are_commdebugmode_s(summaries):
     layout = json.loads((RUNS / "tp-fsdp-4rank" / "run.json").read_text())["layout"]
-    s = tracekit.summarize(RUNS / "tp-fsdp-4rank", cache=False)
+    s = summaries(RUNS / "tp-fsdp-4rank", cache=False)
     c = s.collectives[s.collectives["in_window"]]
     per_step = c.groupby(["rank", "step", "dim", "op"], observed=True).size().groupby(["dim", "op"]).agg(set)
     assert per_step[("tp", "all_reduce")] == {layout["comm_debug_counts"]["tp"]["all_reduce"]}

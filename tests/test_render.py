@@ -66,8 +66,8 @@ def test_json_carries_the_same_numbers(summary):
     assert doc["ranks"][0]["span_us"] == 3750 and doc["ranks"][0]["step_time_us"] == 2000
 
 
-def test_the_json_leaves_out_the_event_tables_unless_asked():
-    s = tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False, workers=1)
+def test_the_json_leaves_out_the_event_tables_unless_asked(summaries):
+    s = summaries(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False, workers=1)
     lean = json.loads(s.to_json())
     left_out = ["gaps", "critical_path_events", "ops_by_shape", "op_steps", "memory_timeline", "graph"]
     assert not set(left_out) & set(lean) and lean["tables_left_out"] == left_out
@@ -99,7 +99,7 @@ def test_the_cli_json_takes_tables(capsys):
     assert "no such table: nope" in capsys.readouterr().err
 
 
-def test_mfu_is_na_without_a_known_peak_and_a_number_with_one():
+def test_mfu_is_na_without_a_known_peak_and_a_number_with_one(summaries):
     """One meaning everywhere: n/a on a device with no known peak (a CPU among them), a number where the peak is known."""
     from tracekit.fmt import mfu
 
@@ -107,7 +107,7 @@ def test_mfu_is_na_without_a_known_peak_and_a_number_with_one():
     assert mfu(float("nan"), "unknown: AMD Radeon Graphics") == "n/a"
     assert mfu(float("nan"), "NVIDIA A100 SXM4 80GB") == "unknown"  # the peak is known, the FLOPs are not
     assert mfu(41.26, "NVIDIA A100 SXM4 80GB") == "41.3"
-    text = str(tracekit.summarize(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False))
+    text = str(summaries(ROOT / "sample_traces" / "resnet-gloo-2rank", cache=False))
     mfu_block = text.split("Matmul FLOPs and MFU per rank")[1].split("\n\n")[0]
     rows = [line.split() for line in mfu_block.splitlines()[2:]]
     assert len(rows) == 2 and all(row[-1] == "n/a" for row in rows)

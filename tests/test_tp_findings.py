@@ -91,9 +91,9 @@ def test_exposed_comm_gives_no_data_parallel_advice_for_tp_time():
     assert "sequence parallel" in only_tp.recommendation and "Overlap communication" not in only_tp.recommendation
 
 
-def test_tp_fsdp_sample_does_not_fire():
+def test_tp_fsdp_sample_does_not_fire(summaries):
     # The bundled CPU 2-D run: its tp calls are hidden (exposed < 1% of a step on every rank).
-    s = tracekit.summarize(ROOT / "sample_traces" / "tp-fsdp-4rank", cache=False)
+    s = summaries(ROOT / "sample_traces" / "tp-fsdp-4rank", cache=False)
     tp = s.comm_by_dim[s.comm_by_dim["dim"] == "tp"].set_index("rank")["exposed_us"]
     assert (tp / s.ranks.set_index("rank")["step_time_us"] < 0.01).all()
     assert "exposed_tp_comm" not in {f.kind for f in s.findings}

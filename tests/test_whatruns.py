@@ -236,12 +236,12 @@ def test_memory_growth_in_a_forward_only_run_names_a_growing_kv_cache(tmp_path):
 
 
 @pytest.mark.parametrize("run", ["resnet-gloo-2rank-memory", "resnet-gloo-2rank-bf16"])
-def test_flops_per_step_agree_with_flop_counter_mode(run):
+def test_flops_per_step_agree_with_flop_counter_mode(run, summaries):
     """The workload counted one optimizer step with torch's FlopCounterMode (run.json); tracekit's FLOPs from the
     trace's shapes must agree within 3% (they are equal: the formulas are FlopCounterMode's)."""
     from pathlib import Path
 
-    s = tracekit.summarize(Path(__file__).resolve().parents[1] / "sample_traces" / run, cache=False, workers=1)
+    s = summaries(Path(__file__).resolve().parents[1] / "sample_traces" / run, cache=False, workers=1)
     reference = s.run.workload.flop_counter_flops_per_step
     window = s.steps[s.steps["in_window"]]
     assert reference > 0 and len(window) >= 2
@@ -249,14 +249,14 @@ def test_flops_per_step_agree_with_flop_counter_mode(run):
         assert value == pytest.approx(reference, rel=0.03)
 
 
-def test_the_bundled_memory_run_holds_its_raw_peak():
+def test_the_bundled_memory_run_holds_its_raw_peak(summaries):
     """The largest Total Allocated in the raw [memory] events is the memory table's peak, per rank."""
     import gzip
     import json
     from pathlib import Path
 
     run = Path(__file__).resolve().parents[1] / "sample_traces" / "resnet-gloo-2rank-memory"
-    s = tracekit.summarize(run, cache=False, workers=1)
+    s = summaries(run, cache=False, workers=1)
     for path in sorted(run.glob("rank-*.json.gz")):
         doc = json.loads(gzip.decompress(path.read_bytes()))
         rank = doc["distributedInfo"]["rank"]

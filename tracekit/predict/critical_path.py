@@ -39,6 +39,11 @@ _OWN = {"compute": "compute", "memory": "compute", "comm": "comm_transfer", "lau
 def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node, in the measured run: which input bound its start (0 lane, 1 launch/enqueue, 2 wait, 3 anchor),
     and the node whose end bound its end (-1: its own start)."""
+    return (start_bindings(model), *_end_bindings(model))
+
+
+def start_bindings(model: Model) -> np.ndarray:
+    """Per node, in the measured run: which input bound its start (0 lane, 1 launch/enqueue, 2 wait, 3 anchor)."""
     start, end, first = model.start, model.end, model.first
     # The latest of the four inputs, the first of them on a tie (as argmax over them stacked), one input at a
     # time: no four-row copy of every node's inputs.
@@ -51,7 +56,13 @@ def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray,
         later = value > latest
         latest[later], start_by[later] = value[later], by
         del value, later
-    del latest
+    return start_by
+
+
+def _end_bindings(model: Model) -> tuple[np.ndarray, np.ndarray]:
+    """Per node, in the measured run: the node whose end bound its end (-1: its own start), and how (1 the last
+    arrival of its collective or its pair's other half, 2 a drain, 0 none)."""
+    start, end = model.start, model.end
     group = model.group
     member = np.flatnonzero(group >= 0)
     last = np.full(len(start), -1, dtype=np.int64)
@@ -65,7 +76,7 @@ def bindings(graph: pd.DataFrame, model: Model) -> tuple[np.ndarray, np.ndarray,
     t_last = np.maximum(t_last, t_src)
     t_dr = np.where(model.dr >= 0, end[np.maximum(model.dr, 0)], -np.inf)
     end_by = np.where((t_last >= t_dr) & (t_last > start), last, np.where(t_dr > start, model.dr, -1))
-    return start_by, end_by, np.where(end_by == last, 1, np.where(end_by >= 0, 2, 0))
+    return end_by, np.where(end_by == last, 1, np.where(end_by >= 0, 2, 0))
 
 
 def critical_paths(graph: pd.DataFrame, model: Model, window_steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -19,71 +19,73 @@ from numba import njit
 
 @njit(cache=True)
 def longest_paths(first, ps, pe, dr, group, n_groups, anchor, delay, tail, src):  # pragma: no cover (compiled)
-    """(start, end, complete) of every node; ``complete`` is False when a cycle left some times unvisited."""
+    """(start, end, complete) of every node; ``complete`` is False when a cycle left some times unvisited.
+
+    The times' ids (``2 * n + n_groups`` of them) must fit an int32 (``MAX_TIMES``): the edge lists, in-degrees and
+    the stack hold them in 4 bytes. The pass holds 24 bytes per time and 4 per edge: ``indptr`` (8; each time's
+    out-edges counted, then where they begin), ``in_deg`` (4), ``acc`` (8; a time's latest input so far, then, once
+    visited, its value, which the returned start and end are views of), ``stack`` (4) and ``succ`` (4 per edge)."""
     n = len(delay)
     S, E, G = 0, n, 2 * n
     total = 2 * n + n_groups
-    out_deg = np.zeros(total + 1, dtype=np.int64)
-    in_deg = np.zeros(total, dtype=np.int64)
+    indptr = np.zeros(total + 1, dtype=np.int64)
+    in_deg = np.zeros(total, dtype=np.int32)
     for i in range(n):
         if not first[i]:
-            out_deg[E + i - 1] += 1
+            indptr[E + i - 1 + 1] += 1
             in_deg[S + i] += 1
         if ps[i] >= 0:
-            out_deg[S + ps[i]] += 1
+            indptr[S + ps[i] + 1] += 1
             in_deg[S + i] += 1
         if pe[i] >= 0:
-            out_deg[E + pe[i]] += 1
+            indptr[E + pe[i] + 1] += 1
             in_deg[S + i] += 1
-        out_deg[S + i] += 1
+        indptr[S + i + 1] += 1
         in_deg[E + i] += 1
         if group[i] >= 0:
-            out_deg[S + i] += 1
+            indptr[S + i + 1] += 1
             in_deg[G + group[i]] += 1
-            out_deg[G + group[i]] += 1
+            indptr[G + group[i] + 1] += 1
             in_deg[E + i] += 1
         if dr[i] >= 0:
-            out_deg[E + dr[i]] += 1
+            indptr[E + dr[i] + 1] += 1
             in_deg[E + i] += 1
         if src[i] >= 0:
-            out_deg[S + src[i]] += 1
+            indptr[S + src[i] + 1] += 1
             in_deg[E + i] += 1
-    indptr = np.zeros(total + 1, dtype=np.int64)
     for v in range(total):
-        indptr[v + 1] = indptr[v] + out_deg[v]
-    fill = indptr[:-1].copy()
-    succ = np.empty(indptr[total], dtype=np.int64)
+        indptr[v + 1] += indptr[v]
+    # Each edge goes to indptr[its source], which then moves on: after the fill, indptr[v] is where v+1's begin.
+    succ = np.empty(indptr[total], dtype=np.int32)
     for i in range(n):
         if not first[i]:
-            succ[fill[E + i - 1]] = S + i
-            fill[E + i - 1] += 1
+            succ[indptr[E + i - 1]] = S + i
+            indptr[E + i - 1] += 1
         if ps[i] >= 0:
-            succ[fill[S + ps[i]]] = S + i
-            fill[S + ps[i]] += 1
+            succ[indptr[S + ps[i]]] = S + i
+            indptr[S + ps[i]] += 1
         if pe[i] >= 0:
-            succ[fill[E + pe[i]]] = S + i
-            fill[E + pe[i]] += 1
-        succ[fill[S + i]] = E + i
-        fill[S + i] += 1
+            succ[indptr[E + pe[i]]] = S + i
+            indptr[E + pe[i]] += 1
+        succ[indptr[S + i]] = E + i
+        indptr[S + i] += 1
         if group[i] >= 0:
-            succ[fill[S + i]] = G + group[i]
-            fill[S + i] += 1
-            succ[fill[G + group[i]]] = E + i
-            fill[G + group[i]] += 1
+            succ[indptr[S + i]] = G + group[i]
+            indptr[S + i] += 1
+            succ[indptr[G + group[i]]] = E + i
+            indptr[G + group[i]] += 1
         if dr[i] >= 0:
-            succ[fill[E + dr[i]]] = E + i
-            fill[E + dr[i]] += 1
+            succ[indptr[E + dr[i]]] = E + i
+            indptr[E + dr[i]] += 1
         if src[i] >= 0:
-            succ[fill[S + src[i]]] = E + i
-            fill[S + src[i]] += 1
+            succ[indptr[S + src[i]]] = E + i
+            indptr[S + src[i]] += 1
+    for v in range(total, 0, -1):
+        indptr[v] = indptr[v - 1]
+    indptr[0] = 0
     acc = np.full(total, -np.inf)
-    add = np.zeros(total)
-    for i in range(n):
-        acc[S + i] = anchor[i]
-        add[S + i] = delay[i]
-        add[E + i] = tail[i]
-    value = np.full(total, -np.inf)
-    stack = np.empty(total, dtype=np.int64)
+    acc[:n] = anchor
+    stack = np.empty(total, dtype=np.int32)
     top = 0
     for v in range(total):
         if in_deg[v] == 0:
@@ -93,8 +95,8 @@ def longest_paths(first, ps, pe, dr, group, n_groups, anchor, delay, tail, src):
     while top > 0:
         top -= 1
         v = stack[top]
-        t = acc[v] + add[v]
-        value[v] = t
+        t = acc[v] + (delay[v] if v < E else tail[v - E] if v < G else 0.0)
+        acc[v] = t  # visited: its inputs are all in, and it is never an input of itself again
         done += 1
         for k in range(indptr[v], indptr[v + 1]):
             w = succ[k]
@@ -104,4 +106,7 @@ def longest_paths(first, ps, pe, dr, group, n_groups, anchor, delay, tail, src):
             if in_deg[w] == 0:
                 stack[top] = w
                 top += 1
-    return value[:n], value[n:2 * n], done == total
+    return acc[:n], acc[n:2 * n], done == total
+
+
+MAX_TIMES = 2**31 - 1  # the ids of the pass's times are int32

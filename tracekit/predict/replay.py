@@ -149,8 +149,11 @@ def simulate(model: Model, delay: np.ndarray | None = None, tail: np.ndarray | N
     pe = model.pe if pe is None else pe
     dr = model.dr if dr is None else dr
     group = model.group if group is None else group
-    from tracekit.predict.longest import longest_paths  # numba: imported on first use, not with tracekit
+    from tracekit.predict.longest import MAX_TIMES, longest_paths  # numba: imported on first use, not with tracekit
 
+    if 2 * len(model.delay) + model.n_groups > MAX_TIMES:
+        raise ReplayError(f"the dependency graph has {len(model.delay):,} nodes: over the {MAX_TIMES // 2:,} the "
+                          "replay can number")
     anchor = _anchors(model.first, ps, pe, model.pinned, model.start)  # nothing else starts these
     ids = (np.ascontiguousarray(a, dtype=np.int64) for a in (ps, pe, dr, group))  # one compiled signature
     times = (np.ascontiguousarray(a, dtype=np.float64) for a in (anchor, delay, tail))

@@ -222,10 +222,9 @@ def _no_host_gaps(graph, model, host, tail, cat):
     later = np.where(model.pe >= 0, model.end[np.maximum(model.pe, 0)], -np.inf) < seen_end
     pe = np.where(launched & (seen >= 0) & later & (seen_end <= model.start), seen, model.pe)  # ended before it began
     # CPU-only ranks: the training thread's unrecorded time, where nothing else bound the node's start.
-    from tracekit.predict.critical_path import bindings
+    from tracekit.predict.critical_path import start_bindings
 
-    start_by, _, _ = bindings(graph, model)
-    cpu_host = ~device_rank & ~device_node & not_data & (start_by == 0)
+    cpu_host = ~device_rank & ~device_node & not_data & (start_bindings(model) == 0)
     return np.where(cpu_host & (host > 0), 0.0, host), tail, ps, pe
 
 
