@@ -282,6 +282,39 @@ def test_a_cycle_is_an_error_not_a_hang():
         replay.simulate(replay.measure(graph))
 
 
+def test_the_model_reads_the_graphs_edges_without_copying_them_and_cannot_change_them():
+    graph = pd.DataFrame({
+        "rank": 0, "lane": [0, 1, 1], "start_ns": [0, 15, 25], "end_ns": [10, 25, 40], "step": 1,
+        "cat": pd.Categorical(["compute"] * 3), "name": pd.Categorical(["a", "b", "c"]), "in_data": False,
+        "ps": -1, "pe": [-1, 0, -1], "dr": -1, "group": -1, "pair_src": -1})
+    model = replay.measure(graph)
+    for name, column in (("ps", "ps"), ("pe", "pe"), ("dr", "dr"), ("group", "group"), ("src", "pair_src")):
+        values = getattr(model, name)
+        assert values.dtype == np.int64 and np.shares_memory(values, graph[column].to_numpy()), name
+        with pytest.raises(ValueError, match="read-only"):
+            values[0] = 1
+    assert model.pe.tolist() == [-1, 0, -1]
+    # A graph whose ids are another integer type is converted: the model is int64 either way.
+    narrow = replay.measure(graph.astype({"pe": np.int32}))
+    assert narrow.pe.dtype == np.int64 and narrow.pe.tolist() == [-1, 0, -1]
+    assert replay.simulate(narrow)[1].tolist() == replay.simulate(model)[1].tolist() == [10, 25, 40]
+
+
+def test_a_graph_too_large_to_number_is_a_named_error(monkeypatch):
+    from tracekit.predict import longest
+
+    graph = pd.DataFrame({
+        "rank": 0, "lane": [0, 0], "start_ns": [0, 15], "end_ns": [10, 25], "step": 1,
+        "cat": pd.Categorical(["compute"] * 2), "name": pd.Categorical(["a", "b"]), "in_data": False,
+        "ps": -1, "pe": -1, "dr": -1, "group": -1})
+    model = replay.measure(graph)
+    monkeypatch.setattr(longest, "MAX_TIMES", 3)  # 2 nodes: 4 times
+    with pytest.raises(replay.ReplayError, match="2 nodes"):
+        replay.simulate(model)
+    monkeypatch.setattr(longest, "MAX_TIMES", 4)
+    assert replay.simulate(model)[1].tolist() == [10, 25]
+
+
 def _random_graph(draw, n_lanes, n):
     from hypothesis import strategies as st
 

@@ -77,12 +77,11 @@ def measure(graph: pd.DataFrame) -> Model:
     first = np.ones(len(graph), dtype=bool)
     first[1:] = lane[1:] != lane[:-1]
     bounds = np.append(np.flatnonzero(first), len(graph))
-    ps, pe, dr = (graph[c].to_numpy().astype(np.int64) for c in ("ps", "pe", "dr"))
-    group = graph["group"].to_numpy().astype(np.int64)
+    ps, pe, dr, group = (_ids(graph[c]) for c in ("ps", "pe", "dr", "group"))
     n_groups = int(group.max()) + 1 if len(group) and group.max() >= 0 else 0
     pinned = _first_markers(graph)
     anchor = _anchors(first, ps, pe, pinned, start)
-    src = graph["pair_src"].to_numpy().astype(np.int64) if "pair_src" in graph else np.full(len(graph), -1, np.int64)
+    src = _ids(graph["pair_src"]) if "pair_src" in graph else np.full(len(graph), -1, np.int64)
     ext = _start_inputs(start, end, first, ps, pe, anchor)
     cross = np.maximum(_end_inputs(start, end, group, n_groups, dr), np.where(src >= 0, start[np.maximum(src, 0)], -_INF))
     delay = start - ext
@@ -90,6 +89,19 @@ def measure(graph: pd.DataFrame) -> Model:
         np.zeros(len(graph)))
     return Model(lane=lane, lane_bounds=bounds, first=first, ps=ps, pe=pe, dr=dr, group=group, src=src, n_groups=n_groups,
                  anchor=anchor, pinned=pinned, delay=delay, busy=busy, tail=end - np.maximum(start, cross), start=start, end=end)
+
+
+def _ids(column: pd.Series) -> np.ndarray:
+    """A column of node positions as int64: the graph's own data where it is int64 already (no copy of every node),
+    read-only, so nothing that holds the model can change the graph through it."""
+    return _read_only(np.asarray(column.to_numpy(), dtype=np.int64))
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    """A read-only view of ``values`` (the compiled pass takes its ids so, whether a scenario made them or not)."""
+    view = values.view()
+    view.flags.writeable = False
+    return view
 
 
 def _first_markers(graph: pd.DataFrame) -> np.ndarray:
@@ -155,10 +167,10 @@ def simulate(model: Model, delay: np.ndarray | None = None, tail: np.ndarray | N
         raise ReplayError(f"the dependency graph has {len(model.delay):,} nodes: over the {MAX_TIMES // 2:,} the "
                           "replay can number")
     anchor = _anchors(model.first, ps, pe, model.pinned, model.start)  # nothing else starts these
-    ids = (np.ascontiguousarray(a, dtype=np.int64) for a in (ps, pe, dr, group))  # one compiled signature
+    ids = (_read_only(np.ascontiguousarray(a, dtype=np.int64)) for a in (ps, pe, dr, group))  # one compiled signature
     times = (np.ascontiguousarray(a, dtype=np.float64) for a in (anchor, delay, tail))
     start, end, complete = longest_paths(np.ascontiguousarray(model.first, dtype=np.bool_), *ids, model.n_groups,
-                                         *times, np.ascontiguousarray(model.src, dtype=np.int64))
+                                         *times, _read_only(np.ascontiguousarray(model.src, dtype=np.int64)))
     if not complete:
         raise ReplayError("the dependency graph has a cycle: its nodes cannot be replayed in any order")
     return start, end
