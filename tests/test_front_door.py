@@ -33,3 +33,34 @@ def test_compare_of_folders_is_compare_of_their_summaries(summaries):
 def test_the_front_door_examples_run():
     result = doctest.testmod(api, raise_on_error=False, verbose=False)
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_combine_lets_the_ranks_tables_go_before_the_replays(summaries, monkeypatch):
+    """``combine`` empties the results it is given, and each rank's node table goes once the run graph is joined:
+    nothing but the Summary holds them while the replays run."""
+    import gc
+    import weakref
+
+    from tests.golden_summary import compact
+    from tracekit.events.config import Config
+    from tracekit.predict import critical_path
+    from tracekit.rank.engine import EngineOptions, map_ranks
+    from tracekit.read.files import find_trace_files
+
+    results = [r for r in map_ranks(find_trace_files(RUN), Config(), None, EngineOptions(workers=1))
+               if not isinstance(r, Exception)]  # run.json beside the traces is not one
+    graphs, gaps = [weakref.ref(r.graph) for r in results], [weakref.ref(r.gaps) for r in results]
+    assert len(graphs) == 2 and all(len(g()) for g in graphs)
+    held = []  # what is still alive as the critical paths are walked (the first replay)
+
+    def walked(*args, **kwargs):
+        gc.collect()
+        held.append([ref() is not None for ref in graphs + gaps])
+        return paths(*args, **kwargs)
+
+    paths = critical_path.critical_paths
+    monkeypatch.setattr(critical_path, "critical_paths", walked)
+    summary = api.combine(results, [], Config(), source=str(RUN), workload_run=api.read_run_json(RUN))
+    assert held == [[False] * 4] and results == []
+    assert len(summary.graph) and summary.run.ranks_read == 2
+    assert compact(summary, RUN) == compact(summaries(RUN, _tables_in_memory=True), RUN)

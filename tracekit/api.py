@@ -175,12 +175,13 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
             workload_run: WorkloadRun | None = None, stage: Callable[[str], None] | None = None) -> Summary:
     """Join per-rank results into the run's Summary: match collectives across ranks, correct clock offsets
     between hosts, and find stragglers. Two files with the same rank are refused. ``stage(name)`` is told as
-    the cross-rank join and the replay begin."""
+    the cross-rank join and the replay begin. ``results`` is emptied before the replays, which need none of the
+    ranks' own tables (node tables and gaps: tens of MB a rank)."""
     stage = stage or (lambda name: None)
     stage("joining ranks")
     laps = stageclock.Laps()
     check_unique_ranks(r.meta for r in results)
-    results = sorted(results, key=lambda r: r.meta.rank)
+    results.sort(key=lambda r: r.meta.rank)
     steps, collectives, gaps = (_stacked([getattr(r, t) for r in results]) for t in ("steps", "collectives", "gaps"))
 
     group = crossrank.match_keys(collectives)
@@ -188,7 +189,7 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     shift = clocks.offsets_to_correct(offsets)
     steps, collectives, gaps = (_shift(t, shift) for t in (steps, collectives, gaps))
     start_ns = collectives["start_ns"].to_numpy()
-    mismatches = crossrank.mismatches(collectives, group, _expected_ranks(results),
+    mismatches = crossrank.mismatches(collectives, group, crossrank.expected_ranks([r.meta for r in results]),
                                       crossrank.implausible(collectives, group, start_ns))
     unreliable = mismatches.loc[mismatches["kind"].isin(crossrank.UNRELIABLE_KINDS), "match_id"]
     collectives = pd.concat([collectives, crossrank.timing(collectives, group, start_ns, set(unreliable))], axis=1)
@@ -220,9 +221,10 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
                    pipeline_blocks=pipeline_blocks, **tables)
     laps("stragglers, findings, Summary")
     stage("replaying")
-    parts = [r.kernel_ops for r in results if len(r.kernel_ops)]
-    summary = predicted.with_predictions(summary, [r.graph for r in results], shift,
-                                       pd.concat(parts, ignore_index=True) if parts else None, joined.calls)
+    parts, graphs = [r.kernel_ops for r in results if len(r.kernel_ops)], [r.graph for r in results]
+    results.clear()  # the Summary holds what it needs of them: each rank's tables go, its graph once joined
+    summary = predicted.with_predictions(summary, graphs, shift, pd.concat(parts, ignore_index=True) if parts else None,
+                                         joined.calls)
     laps("graph replays, critical path, what-ifs")
     found = roofline_findings.merged(summary.findings, summary.optimization)
     found = tp_findings.merged(found, summary)  # the critical path says how long TP calls bind the step
@@ -251,18 +253,6 @@ def _data_quality(results: list[RankResult], steps: pd.DataFrame) -> pd.DataFram
         lacking = quality.missing_steps(steps[steps["rank"].isin(numbered)])
         table["missing_steps"] = [", ".join(str(n) for n in lacking.get(int(r), [])) for r in table["rank"]]
     return table.reindex(columns=list(DATA_QUALITY_COLUMNS))
-
-
-def _expected_ranks(results: list[RankResult]):
-    """pg -> the ranks read that belong to it: from distributedInfo.pg_config where it lists the group's ranks,
-    else every rank read (the default group, or a group the trace does not describe)."""
-    read = {r.meta.rank for r in results}
-    members: dict[str, set] = {}
-    for r in results:
-        for c in r.meta.pg_config:
-            if isinstance(c, dict) and "pg_name" in c and isinstance(c.get("ranks"), list):
-                members.setdefault(str(c["pg_name"]), set()).update(int(x) for x in c["ranks"])
-    return lambda pg: (members[pg] & read) if pg in members else read
 
 
 def _shift(frame: pd.DataFrame, shift: dict[int, int]) -> pd.DataFrame:

@@ -9,6 +9,7 @@ order of issue within that step). For each matched collective the last rank to s
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -273,3 +274,15 @@ def imbalance(steps: pd.DataFrame) -> pd.DataFrame:
     out["imbalance"] = out["max_step_us"] / out["median_step_us"]
     out["slowest_rank"] = slowest
     return out.reset_index()[columns]
+
+
+def expected_ranks(metas) -> Callable[[str], set]:
+    """pg -> the ranks read (``metas``: their ``RankMeta``) that belong to it: from distributedInfo.pg_config where it
+    lists the group's ranks, else every rank read (the default group, or a group the trace does not describe)."""
+    read = {m.rank for m in metas}
+    members: dict[str, set] = {}
+    for m in metas:
+        for c in m.pg_config:
+            if isinstance(c, dict) and "pg_name" in c and isinstance(c.get("ranks"), list):
+                members.setdefault(str(c["pg_name"]), set()).update(int(x) for x in c["ranks"])
+    return lambda pg: (members[pg] & read) if pg in members else read
