@@ -227,18 +227,24 @@ def summaries():
     memo = {}
 
     def get(path, **options):
+        unshared = sorted(set(options) & {"client", "progress"})
+        if unshared:  # a shared Summary cannot report progress or run on a given cluster
+            raise TypeError(f"summaries() does not take {', '.join(unshared)}: call tracekit.summarize")
         # Options at their default count as given: summaries(run) and summaries(run, window="drop_last") are one.
         what = {k: v for k, v in sorted({**defaults, **options}.items()) if k not in HOW_OPTIONS}
         key = (str(Path(path).resolve()), tuple(what.items()))
         if key not in memo:
-            memo[key] = _shared_summary(shared, key, lambda: tracekit.summarize(path, cache=False, workers=1, **what))
+            # The resolved path: the Summary's source and files read the same whichever test asked first.
+            memo[key] = _shared_summary(shared, key, lambda: tracekit.summarize(key[0], cache=False, workers=1, **what),
+                                        off_heap=not what.get("_tables_in_memory"))
         return memo[key]
 
     return get
 
 
-def _shared_summary(folder: Path | None, key: tuple, compute):
-    """``compute()``'s Summary, or where another worker of this run computed it for ``key``, its pickle."""
+def _shared_summary(folder: Path | None, key: tuple, compute, off_heap: bool = True):
+    """``compute()``'s Summary, or where another worker of this run computed it for ``key``, its pickle (its event
+    tables then off the heap unless ``off_heap`` is False: the tables-in-memory reference)."""
     if folder is None or fcntl is None:
         return compute()
     import hashlib
@@ -252,7 +258,8 @@ def _shared_summary(folder: Path | None, key: tuple, compute):
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker computes; the others wait for its pickle
         done = folder / f"{name}.pickle"
         if done.is_file():
-            return offheap.kept(pickle.loads(done.read_bytes()))
+            loaded = pickle.loads(done.read_bytes())
+            return offheap.kept(loaded) if off_heap else loaded
         summary = compute()
         part = folder / f"{name}.part"
         part.write_bytes(pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL))

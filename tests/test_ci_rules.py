@@ -192,8 +192,12 @@ def test_summaries_share_one_summary_per_run_and_options(summaries):
     ranks.loc[0, "span_us"] = -1.0
     assert (s.ranks["span_us"] > 0).all()
     assert golden_form(s, run) == golden_form(tracekit.summarize(run, workers=1, cache=False), run)
-    # Options that choose only how the run is analysed share it too.
+    # Options that choose only how the run is analysed share it too; a shared Summary reports no progress.
     assert summaries(run) is s and summaries(run, workers=2, cache=True) is s
+    with pytest.raises(TypeError, match="progress"):
+        summaries(run, progress=lambda done, total: None)
+    # Whoever asks first, the Summary names the run by its resolved path.
+    assert summaries(os.path.relpath(run), window="all_steps").run.source == str(run.resolve())
 
 
 def test_a_summary_computed_by_one_worker_is_loaded_by_another(tmp_path):
@@ -217,6 +221,9 @@ def test_a_summary_computed_by_one_worker_is_loaded_by_another(tmp_path):
     assert golden_form(second, run) == golden_form(first, run)
     for name in EVENT_TABLES:
         assert getattr(second, name).equals(getattr(first, name)), name
+    # The tables-in-memory reference stays in memory when another worker loads it.
+    in_memory = _shared_summary(tmp_path, key, compute, off_heap=False)
+    assert offheap.folder_of(in_memory) is None and golden_form(in_memory, run) == golden_form(first, run)
     other = _shared_summary(tmp_path, (str(run), (("window", "all_steps"),)), lambda: compute("all_steps"))
     assert computed == ["drop_last", "all_steps"] and other.run.window == "all_steps"  # another key: computed
 

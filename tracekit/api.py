@@ -100,6 +100,7 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
         else:
             results.append(outcome)
             stageclock.add(outcome.stage_times)
+    outcome = None  # the last rank's result: held by ``results`` alone, which ``combine`` empties before the replays
     laps("analyse ranks (parallel)")
     if not results:
         raise NoTracesError(f"{trace_dir}: no trace files; skipped: " + "; ".join(f"{f} ({r})" for f, r, _ in skipped))

@@ -93,7 +93,8 @@ def measure(graph: pd.DataFrame) -> Model:
 
 def _ids(column: pd.Series) -> np.ndarray:
     """A column of node positions as int64: the graph's own data where it is int64 already (no copy of every node),
-    read-only, so nothing that holds the model can change the graph through it."""
+    read-only, so nothing that holds the model can change the graph through it. The graph is never changed once
+    measured (``Summary.graph`` hands out copies), so the model's ids stay the measured ones."""
     return _read_only(np.asarray(column.to_numpy(), dtype=np.int64))
 
 
