@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import tracekit
-from tracekit.predict import replay, scenarios
+from tracekit.predict import replay, scenarios, stepbounds
 from tracekit.rank.graph import NODE_CATS
 
 REMOVING = ("no_host_gaps", "no_data_wait", "perfect_overlap", "no_straggler", "comm_x1", "comm_x2", "comm_x1.5")
@@ -31,15 +30,16 @@ def check_monotone(graph: pd.DataFrame, window: pd.DataFrame) -> None:
     model = replay.measure(graph)
     base_start, base_end = replay.simulate(model)
     np.testing.assert_allclose(base_end, model.end, atol=1e-3)  # the baseline replays the trace
-    base_t = replay.boundaries(graph, base_start, base_end)
-    base_mean = replay.mean_step_us(replay.step_times(graph, base_start, base_end, window))
+    at = stepbounds.marks(graph)
+    base_t = stepbounds.boundaries(graph, base_start, base_end, at)
+    base_mean = stepbounds.mean_step_us(stepbounds.step_times(graph, base_start, base_end, window, at))
     for name in REMOVING:
         start, end = scenarios.replayed(graph, model, name)
         late = np.flatnonzero((end > base_end + EPS_NS) | (start > base_start + EPS_NS))
         assert len(late) == 0, (name, graph.iloc[late[:5]].to_dict("records"), end[late[:5]], base_end[late[:5]])
-        t = replay.boundaries(graph, start, end)
+        t = stepbounds.boundaries(graph, start, end, at)
         assert (t["t"].to_numpy() <= base_t["t"].to_numpy() + EPS_NS).all(), name
-        mean = replay.mean_step_us(replay.step_times(graph, start, end, window))
+        mean = stepbounds.mean_step_us(stepbounds.step_times(graph, start, end, window, at))
         assert not mean > base_mean + 1e-9, (name, mean, base_mean)
 
 

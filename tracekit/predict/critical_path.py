@@ -1,6 +1,6 @@
 """The critical path of each step across ranks: the chain of events that ends the step, walked back through the graph.
 
-A step ends on the rank whose next step boundary comes last (``replay.boundaries``: the next ``ProfilerStep``
+A step ends on the rank whose next step boundary comes last (``stepbounds.boundaries``: the next ``ProfilerStep``
 marker or, when the device work of the steps so far ends later, that work's end: steps tile, and a device-bound
 step's path runs through its kernels). From there the walk follows, at each node,
 the input that bound it in the measured run (``tracekit.predict.replay``): its lane predecessor, its launch, the event it
@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.predict.replay import Model, boundaries
+from tracekit.predict.replay import Model
+from tracekit.predict.stepbounds import boundaries
 from tracekit.schema import CRITICAL_PATH_COLUMNS, CRITICAL_PATH_EVENT_COLUMNS
 
 CATEGORIES = ("compute", "comm_transfer", "launch", "host", "data", "sync", "other", "unknown")

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.opschema import OPTIMIZATION_COLUMNS
-from tracekit.predict import replay
+from tracekit.predict import replay, stepbounds
 
 
 
@@ -47,13 +47,14 @@ def optimization(graph: pd.DataFrame, model: replay.Model, window_steps: pd.Data
     candidates = candidates.assign(gap=gap)[(gap > 0).to_numpy()].nlargest(top, "gap")
     if candidates.empty:
         return empty
-    base = _step_us(graph, model, model.tail, window_steps)
+    at = stepbounds.marks(graph)  # the same for every candidate
+    base = _step_us(graph, model, model.tail, window_steps, at)
     rows = []
     for row in candidates.itertuples(index=False):
         per_rank = {r: f for (r, n), f in factor.items() if n == row.name}
         mine = own & (node_op == row.name)
         scale = np.where(mine, pd.Series(rank).map(per_rank).fillna(1.0).to_numpy(), 1.0)
-        predicted = _step_us(graph, model, replay.cut(model.tail, model.tail * scale), window_steps)
+        predicted = _step_us(graph, model, replay.cut(model.tail, model.tail * scale), window_steps, at)
         rows.append({"name": row.name, "ranks": row.ranks, "critical_path_us": row.critical_path_us,
                      "measured_us": row.measured_us, "roofline_us": row.roofline_us,
                      "pct_of_roofline": row.roofline_us / row.measured_us * 100, "predicted_step_us": predicted,
@@ -83,6 +84,6 @@ def _path_time(path_events: pd.DataFrame, graph: pd.DataFrame, node_op: np.ndarr
     return (own["end_us"] - own["start_us"]).groupby(np.asarray(ops, dtype=object)).sum()
 
 
-def _step_us(graph, model, tail, window_steps) -> float:
+def _step_us(graph, model, tail, window_steps, at: stepbounds.Marks) -> float:
     start, end = replay.simulate(model, tail=tail)
-    return replay.mean_step_us(replay.step_times(graph, start, end, window_steps))
+    return stepbounds.mean_step_us(stepbounds.step_times(graph, start, end, window_steps, at))

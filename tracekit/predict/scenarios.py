@@ -35,7 +35,7 @@ import pandas as pd
 
 from tracekit import quality as quality_notes
 from tracekit import schema
-from tracekit.predict import pipeline_whatif, replay
+from tracekit.predict import pipeline_whatif, replay, stepbounds
 from tracekit.predict.pipeline_whatif import PIPELINE_SCENARIOS
 
 SCENARIOS = ("baseline", "no_straggler", "comm_x2", "perfect_overlap", "no_host_gaps", "no_data_wait")
@@ -124,7 +124,7 @@ def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCE
         return pd.DataFrame({"scenario": names, "step_time_us": np.nan, "speedup": np.nan, "saving_us": np.nan,
                              "saving_pct": np.nan})
     model = replay.measure(graph) if model is None else model
-    shared = _Shared(cat=_cats(graph), stage_scale=stage_scale)  # once, not per scenario
+    shared = _Shared(cat=_cats(graph), marks=stepbounds.marks(graph), stage_scale=stage_scale)  # once, not per scenario
     base = _step_us(graph, model, "baseline", window_steps, compute_scale or {}, shared)
     times = [base if name == "baseline" else np.nan if name == "microbatches_x2" or (name == "balanced_stages"
                                                                                      and stage_scale is None)
@@ -158,15 +158,17 @@ def _window(steps: pd.DataFrame) -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class _Shared:
-    """What every scenario of one graph reads: the node categories, and ``balanced_stages``'s factors."""
+    """What every scenario of one graph reads: the node categories, its step markers (``stepbounds.marks``), and
+    ``balanced_stages``'s factors."""
 
     cat: np.ndarray
+    marks: stepbounds.Marks
     stage_scale: np.ndarray | None = None
 
 
 def _step_us(graph, model, name, window_steps, compute_scale, shared: _Shared) -> float:
     start, end = replayed(graph, model, name, compute_scale, shared.cat, shared.stage_scale)
-    return replay.mean_step_us(replay.step_times(graph, start, end, window_steps))
+    return stepbounds.mean_step_us(stepbounds.step_times(graph, start, end, window_steps, shared.marks))
 
 
 def replayed(graph: pd.DataFrame, model: replay.Model, name: str, compute_scale: dict[int, float] | None = None,
