@@ -38,10 +38,24 @@ def _reference_boundaries(graph: pd.DataFrame, start: np.ndarray, end: np.ndarra
     return frame[["rank", "step", "t", "marker_t", "drained", "node", "drain_node"]]
 
 
-def _same(graph, start, end):
+def _reference_step_times(graph, start, end, window_steps) -> pd.DataFrame:
+    """The step times by ``groupby`` and a join with the window's steps."""
+    frame = _reference_boundaries(graph, start, end)
+    frame["t"] = frame.groupby("rank")["t"].cummax()
+    frame["next_t"] = frame.groupby("rank")["t"].shift(-1)
+    frame = frame.merge(window_steps[["rank", "step"]], on=["rank", "step"])
+    return frame.assign(step_us=(frame["next_t"] - frame["t"]) / 1e3).dropna(subset=["step_us"])[["rank", "step", "step_us"]]
+
+
+def _same(graph, start, end, window=None):
     at = stepbounds.marks(graph)
     assert_frame_equal(stepbounds.boundaries(graph, start, end, at), _reference_boundaries(graph, start, end),
                        check_dtype=False)  # an empty reference's columns are objects
+    markers = graph.loc[(graph["cat"] == "marker").to_numpy(), ["rank", "step"]]
+    for steps in ([markers] if window is None else [markers, window]):
+        expected = _reference_step_times(graph, start, end, steps)
+        assert_frame_equal(stepbounds.step_times(graph, start, end, steps, at), expected,
+                           check_dtype=len(expected) > 0, check_index_type="equiv" if len(expected) else False)
 
 
 def _graph(rows) -> pd.DataFrame:
@@ -66,6 +80,17 @@ def test_hand_worked_boundaries_and_step_times():
     times = stepbounds.step_times(graph, start, end, window)
     assert times["step_us"].tolist() == [0.15, 0.11, 0.04]  # 150 - 0, 260 - 150, 300 - 260 ns
     assert stepbounds.mean_step_us(times) == pytest.approx(0.1)
+
+
+def test_a_step_never_begins_before_the_one_before_it():
+    # Markers measured at 0, 100, 200 on two threads; a scenario replays the third at 120, before the second's 150.
+    # Step 2 then begins and ends at 150 (0 us), not -30 us.
+    graph = _graph([(0, 1, "marker", 0, 0), (0, 2, "marker", 100, 100), (0, 3, "marker", 200, 200),
+                    (0, 4, "marker", 300, 300)])
+    start = np.array([0.0, 150.0, 120.0, 300.0])
+    window = pd.DataFrame({"rank": [0, 0, 0], "step": [1, 2, 3]})
+    assert stepbounds.step_times(graph, start, start, window)["step_us"].tolist() == [0.15, 0.0, 0.15]
+    _same(graph, start, start, window)
 
 
 def test_markers_in_time_order_and_a_step_numbered_twice():
@@ -112,7 +137,13 @@ def test_equal_to_the_merges_on_random_graphs():
                                                                              max_size=len(graph))))
         if data.draw(st.booleans()):
             end[data.draw(st.integers(0, len(graph) - 1))] = np.nan
-        _same(graph, start, end)
+        markers = graph.loc[(graph["cat"] == "marker").to_numpy(), ["rank", "step"]]
+        # A window of some of the steps, one of them possibly listed twice
+        window = markers[np.array(data.draw(st.lists(st.booleans(), min_size=len(markers), max_size=len(markers))),
+                                  dtype=bool)]
+        if len(window) and data.draw(st.booleans()):
+            window = pd.concat([window, window.iloc[:1]])
+        _same(graph, start, end, window)
 
     check()
 
@@ -123,6 +154,7 @@ def test_equal_to_the_merges_on_every_scenario_of_a_real_run(run, summaries):
     if graph.empty:
         pytest.skip("no dependency graph")
     model = replay.measure(graph)
-    _same(graph, model.start, model.end)
+    window = scenarios._window(summaries(run).steps)
+    _same(graph, model.start, model.end, window)
     for name in ("no_host_gaps", "perfect_overlap", "no_straggler", "comm_x2"):
-        _same(graph, *scenarios.replayed(graph, model, name))
+        _same(graph, *scenarios.replayed(graph, model, name), window)

@@ -97,14 +97,25 @@ def _drained(at: Marks, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def step_times(graph: pd.DataFrame, start: np.ndarray, end: np.ndarray, window_steps: pd.DataFrame,
                at: Marks | None = None) -> pd.DataFrame:
-    """Per rank and window step, its time (us) from one step boundary to the next, at (``start``, ``end``)."""
-    frame = boundaries(graph, start, end, at)
+    """Per rank and window step (``window_steps``: rank, step), its time (us) from one step boundary to the next, at
+    (``start``, ``end``); in the markers' order, the last of each rank (no next boundary) left out."""
+    at = marks(graph) if at is None else at
+    t = boundaries(graph, start, end, at)["t"]
     # No step begins before the one before it: steps annotated on two threads may replay out of order otherwise (a
     # scenario that shortens one thread only). Markers on one lane are in order already: the same times.
-    frame["t"] = frame.groupby("rank")["t"].cummax()
-    frame["next_t"] = frame.groupby("rank")["t"].shift(-1)
-    frame = frame.merge(window_steps[["rank", "step"]], on=["rank", "step"])
-    return frame.assign(step_us=(frame["next_t"] - frame["t"]) / 1e3).dropna(subset=["step_us"])[["rank", "step", "step_us"]]
+    t = t.groupby(at.rank, sort=False).cummax().to_numpy()
+    next_t = np.full(len(t), np.nan)
+    next_t[:-1] = t[1:]
+    next_t[:-1][at.rank[1:] != at.rank[:-1]] = np.nan  # each rank's last marker: no next boundary
+    window = pd.MultiIndex.from_frame(window_steps[["rank", "step"]])
+    keep = pd.MultiIndex.from_arrays([at.rank, at.step]).isin(window)
+    if not window.is_unique:  # a window step listed twice counts twice, as a join of the two tables would
+        keep = np.repeat(np.flatnonzero(keep), window.value_counts().reindex(
+            pd.MultiIndex.from_arrays([at.rank[keep], at.step[keep]])).to_numpy())
+    step_us = (next_t[keep] - t[keep]) / 1e3
+    known = ~np.isnan(step_us)
+    return pd.DataFrame({"rank": at.rank[keep][known], "step": at.step[keep][known], "step_us": step_us[known]},
+                        index=np.flatnonzero(known))
 
 
 def mean_step_us(per_step: pd.DataFrame) -> float:
