@@ -295,3 +295,35 @@ def test_all_gather_output_is_the_payload_even_when_its_shapes_give_no_group(tmp
     args = {"Collective name": "_allgather_base", "In msg nelems": 1000, "Out msg nelems": 2500, "dtype": "Float"}
     events = [kernel("ncclDevKernel_Generic", KERNEL_START, KERNEL_DUR, stream=20, **args)]
     check(one(summarize(tmp_path, events, world_size=8).collectives), "all_gather", 2500 * 4, 8, 7 / 8)
+
+
+@pytest.mark.parametrize("trace", ["../shared/traces/hta/nccl_a100_2rank/rank-0.json.gz",
+                                   "sample_traces/gpt-gloo-2rank/rank-0.pt.trace.json.gz", "tiny"])
+def test_a_rank_without_calls_has_the_typed_empty_table_the_full_pass_gives(trace, tmp_path):
+    """``collective_table`` skips its passes for a rank with no call: the same columns and types as they give."""
+    from pathlib import Path
+
+    from tracekit.events import collectives
+    from tracekit.events.classify import classify
+    from tracekit.events.steps import find_steps
+    from tracekit.read.reader import read_tables
+    from frame_equal import assert_frame_equal
+
+    root = Path(__file__).resolve().parents[1]
+    if trace == "tiny":  # a GPU rank with a kernel and no collective at all
+        write_trace(tmp_path / "rank0.json", [cpu("aten::mm", 5, 20), launch(6, 1), kernel("gemm", 10, 30, correlation=1)])
+        path = tmp_path / "rank0.json"
+    else:
+        path = root / trace
+        if not path.exists():
+            pytest.skip(f"{trace} is not beside the checkout")
+    tables = read_tables(path, default_rank=0, host_ops=reads_host_op)
+    events = tables.events.assign(**{c: tables.events[c].astype("category") for c in ("cat", "name", "pid", "tid")})
+    steps, _ = find_steps(events, None)
+    events = classify(events, tables.comm_args, device_ranks=[] if "gloo" in trace else [0], steps=steps)
+    full = collectives.collective_table(events, tables.comm_args, {})
+    assert (len(full) == 0) == (trace == "tiny")
+    calls = events.iloc[:0]  # no call: the rows the table would have, none of them
+    assert_frame_equal(collectives._no_calls(calls), collectives._table(events, tables.comm_args, {}, calls))
+    if trace == "tiny":  # the table ``summarize`` gets is that one
+        assert_frame_equal(full, collectives._table(events, tables.comm_args, {}, calls))

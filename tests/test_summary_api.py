@@ -215,6 +215,28 @@ def test_the_frames_a_summary_was_built_from_stay_apart_from_it():
     assert t.ranks["span_us"].tolist() == [1000.0, 1000.0] and "x" not in t.ranks
 
 
+def test_replace_holds_the_summarys_own_tables_and_a_given_one_apart():
+    from tracekit.summary import model
+
+    s = hand_built()
+    ranks = pd.DataFrame({"rank": [0, 1], "span_us": [2000.0, 1000.0]})
+    t = model.replace(s, ranks=ranks, findings=())
+    assert t.to_json("all") == dataclasses.replace(s, ranks=ranks, findings=()).to_json("all")
+    assert t.findings == () and s.findings == findings() and t.ranks["span_us"].tolist() == [2000.0, 1000.0]
+    # The tables not given are the very frames ``s`` holds (no copy made); each read is still a copy.
+    raw = object.__getattribute__
+    assert all(raw(t, name) is raw(s, name) for name in frame_fields(s) if name != "ranks")
+    steps = s.steps
+    change_in_place(t.steps)
+    assert_frame_equal(t.steps, steps)
+    assert_frame_equal(s.steps, steps)
+    # The table given is held apart from the caller's frame, as the constructor holds one.
+    ranks.loc[0, "span_us"] = 1.0
+    assert t.ranks["span_us"].tolist() == [2000.0, 1000.0] and raw(t, "ranks") is not ranks
+    with pytest.raises(TypeError, match="no field rankz"):
+        model.replace(s, rankz=ranks)
+
+
 def test_numpy_views_of_a_table_are_read_only():
     s = hand_built()
     with pytest.raises(ValueError):

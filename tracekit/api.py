@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-import dataclasses
 import threading
 
 import msgspec
@@ -33,6 +32,7 @@ from tracekit.read.files import check_unique_ranks, find_trace_files, is_url, ra
 from tracekit import quality
 from tracekit.schema import DATA_QUALITY_COLUMNS
 from tracekit.summary import offheap
+from tracekit.summary import model
 from tracekit.summary.model import Summary
 
 
@@ -224,13 +224,13 @@ def combine(results: list[RankResult], skipped, config: Config, source: str = ""
     stage("replaying")
     parts, graphs = [r.kernel_ops for r in results if len(r.kernel_ops)], [r.graph for r in results]
     results.clear()  # the Summary holds what it needs of them: each rank's tables go, its graph once joined
-    summary = predicted.with_predictions(summary, graphs, shift, pd.concat(parts, ignore_index=True) if parts else None,
-                                         joined.calls)
+    summary = model.replace(summary, **predicted.predictions(
+        summary, graphs, shift, pd.concat(parts, ignore_index=True) if parts else None, joined.calls))
     laps("graph replays, critical path, what-ifs")
     found = roofline_findings.merged(summary.findings, summary.optimization)
     found = tp_findings.merged(found, summary)  # the critical path says how long TP calls bind the step
     found, data_quality = capture.hold_back(found, summary.data_quality)  # none for steps that capture graphs
-    summary = dataclasses.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
+    summary = model.replace(summary, findings=order.by_gain(found, summary.critical_path), data_quality=data_quality)
     laps("findings' order")
     return summary
 

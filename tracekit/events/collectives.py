@@ -84,6 +84,22 @@ def collective_table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: di
     # A call without a usable duration is a dropped event (data quality's ``dropped_events``), as everywhere else.
     calls = events[(events["kind"] == "comm").to_numpy() & (events["dur_ns"] >= 0).to_numpy()]
     calls = calls[(calls["cat"] == "kernel") | calls["name"].astype(str).str.match(COMM_ANNOTATION.pattern)]
+    return _table(events, comm_args, pg_sizes, calls) if len(calls) else _no_calls(calls)
+
+
+def _no_calls(calls: pd.DataFrame) -> pd.DataFrame:
+    """The collective table of a rank without a call: ``_table``'s columns and types, without its passes."""
+    none, text = np.empty(0), np.empty(0, dtype=object)
+    return pd.DataFrame({
+        "rank": calls["rank"].to_numpy(), "step": calls["step"].to_numpy(), "op": pd.Categorical([], categories=list(OPS)),
+        "pg": text, "pg_desc": text, "peer": none, "peer_local": none, "posted_ns": none, "seq": none,
+        "start_ns": calls["ts_ns"].to_numpy(), "dur_us": none, "bytes": none, "dtype": text, "group_size": none,
+        "algbw_gbps": none, "busbw_gbps": none, "name": text, "row": calls.index.to_numpy(),
+    })
+
+
+def _table(events: pd.DataFrame, comm_args: pd.DataFrame, pg_sizes: dict, calls: pd.DataFrame) -> pd.DataFrame:
+    """The collective table of ``calls`` (the rows of ``events`` that are collective calls)."""
     meta = _metadata(events, comm_args, calls)
     op = [normalize_op(c) for c in meta["collective"]]
     in_n, out_n = meta["in_nelems"].to_numpy(), meta["out_nelems"].to_numpy()

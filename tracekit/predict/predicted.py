@@ -60,10 +60,10 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
     return tuple(out)
 
 
-def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
-                     kernel_ops: pd.DataFrame | None = None, p2p_calls: pd.DataFrame | None = None):
-    """The Summary with its run graph, the critical path of each window step, findings quoting the saving the
-    replay predicts for their fix, and where optimisation pays (``optimize.optimization``). ``graphs``: each rank's
+def predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
+                kernel_ops: pd.DataFrame | None = None, p2p_calls: pd.DataFrame | None = None) -> dict:
+    """The Summary's fields the replay sets: its run graph, the critical path of each window step, findings quoting
+    the saving the replay predicts for their fix, and where optimisation pays (``optimize.optimization``). ``graphs``: each rank's
     ``RankResult.graph``, in the order of its collectives in ``summary.collectives`` (the list is emptied once they
     are joined into the run graph, so they can go before the replays); ``shift``: the clock
     correction per rank (ns); ``kernel_ops``: each kernel name's launching op per rank; ``p2p_calls``: every rank's
@@ -75,7 +75,7 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
     graphs.clear()  # joined: the ranks' node tables go (the caller's list holds the only references)
     window_steps = _window(summary.steps)
     if graph.empty:
-        return dataclasses.replace(summary, graph=graph)
+        return {"graph": graph}
     model = replay.measure(graph)  # one model for the critical path and every prediction the findings quote
     release_memory()  # the joins' working arrays: freed, and kept by the allocators unless handed back
     path, events = critical_paths(graph, model, window_steps)
@@ -85,7 +85,6 @@ def with_predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
     kernel_ops = pd.DataFrame(columns=["rank", "kernel", "op"]) if kernel_ops is None else kernel_ops
     device_ranks = {int(r) for r in summary.ranks.loc[summary.ranks["device"] != "cpu", "rank"]}
     gains = optimization(graph, model, window_steps, summary.ops, kernel_ops, device_ranks, events)
-    return dataclasses.replace(summary, graph=graph, critical_path=path, critical_path_events=events,
-                               findings=annotate_findings(summary.findings, graph, window_steps, model, summary.pipeline,
-                                                          summary.pipeline_blocks, summary.p2p),
-                               optimization=gains)
+    return {"graph": graph, "critical_path": path, "critical_path_events": events, "optimization": gains,
+            "findings": annotate_findings(summary.findings, graph, window_steps, model, summary.pipeline,
+                                          summary.pipeline_blocks, summary.p2p)}

@@ -193,6 +193,23 @@ class Summary:
         return overview_html(self)
 
 
+def replace(summary: Summary, **changes) -> Summary:
+    """``dataclasses.replace(summary, **changes)`` without a copy of each table ``summary`` keeps: those are its own,
+    never changed in place (each read of one is a copy), so the new Summary holds them as they are. A table in
+    ``changes`` is held as a given one is (a shallow copy; an off-heap ``MappedTable`` as it is)."""
+    unknown = set(changes) - {f.name for f in fields(Summary)}
+    if unknown:
+        raise TypeError(f"Summary has no field {', '.join(sorted(unknown))}")
+    out = object.__new__(Summary)
+    for f in fields(Summary):
+        if f.name in changes:
+            value = changes[f.name]
+            object.__setattr__(out, f.name, _detached(value) if isinstance(value, pd.DataFrame) else value)
+        else:
+            object.__setattr__(out, f.name, object.__getattribute__(summary, f.name))
+    return out
+
+
 def _unpickled(values: dict[str, Any]) -> Summary:
     return Summary(**values)
 

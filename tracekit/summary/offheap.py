@@ -25,7 +25,6 @@ a trim or a cleaner of temporary files removes its folder meanwhile. Files are n
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -38,6 +37,7 @@ import pyarrow as pa
 
 from tracekit.summary import arrowframe
 from tracekit.summary.mapped import MappedTable
+from tracekit.summary import model
 from tracekit.summary.model import EVENT_TABLES
 
 __all__ = ["MappedTable", "kept", "folder_of", "SUFFIX"]
@@ -59,7 +59,7 @@ def kept(summary, entry: Path | None = None):
         warnings.warn(f"tracekit: the Summary's event tables are kept in memory: they could not be written to "
                       f"{where}: {err}", stacklevel=2)
         return summary
-    out = dataclasses.replace(summary, **{**frames, **tables})
+    out = model.replace(summary, **{**frames, **tables})
     if entry is None:
         weakref.finalize(out, _remove, str(folder), os.getpid())
     return out
