@@ -137,6 +137,32 @@ def test_progress_is_reported_once_per_rank(tmp_path):
     assert seen[-1] == (5, 5)
 
 
+_FORKSERVER_SCRIPT = """
+import multiprocessing.forkserver as fs, sys, threading
+import tracekit
+from tracekit.rank import engine
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # a thread alive: fork is not safe, as in Jupyter
+fs.set_forkserver_preload(["json"])  # a list the program set stays as it is
+assert engine._context().get_start_method() == "forkserver" and fs._forkserver._preload_modules == ["json"]
+fs.set_forkserver_preload(["__main__"])  # Python's own list: the server imports tracekit before it forks workers
+engine._context()
+assert fs._forkserver._preload_modules == ["__main__", "tracekit.rank.engine"], fs._forkserver._preload_modules
+pooled = tracekit.summarize(sys.argv[1], workers=2, cache=False)
+assert fs._forkserver._forkserver_pid is not None  # the pool's workers came from the server
+assert pooled.to_json("all") == tracekit.summarize(sys.argv[1], workers=1, cache=False).to_json("all")
+print("ok")
+"""
+
+
+def test_a_pool_started_beside_threads_forks_its_workers_from_a_server_that_imported_tracekit():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FORKSERVER_SCRIPT, str(GLOO_RUN)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
 def test_read_errors_in_workers_name_the_file(tmp_path):
     for file in GLOO_RUN.glob("rank-[01]*"):
         shutil.copy(file, tmp_path / file.name)

@@ -254,9 +254,26 @@ def _raise_if_fatal(value, skip_unreadable: bool = False) -> None:
 
 def _context():
     """fork where it is safe (``parallel.context``: workers start in milliseconds, imports done), else forkserver
-    or spawn."""
-    return fork_context() or multiprocessing.get_context(
-        "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+    (``_preload``) or spawn."""
+    forked = fork_context()
+    if forked is not None:
+        return forked
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    _preload()
+    return multiprocessing.get_context("forkserver")
+
+
+def _preload() -> None:
+    """Have the fork server import this module before it forks a worker, so that each worker of each pool starts
+    with tracekit imported (about a second of imports a worker otherwise, in every pool a notebook starts). Only
+    when the server has not started yet and its preload list is Python's own (``["__main__"]``): a list the
+    program set stays as it is."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    if getattr(server, "_forkserver_pid", 0) is None and getattr(server, "_preload_modules", None) == ["__main__"]:
+        forkserver.set_forkserver_preload(["__main__", __name__])
 
 
 def _run_dask(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
