@@ -272,3 +272,23 @@ def test_shifted_host_offset_within_1ms_with_a_straggler_on_it(gloo_4rank_stragg
     row = s.run.clock_offsets.set_index("rank").loc[3]
     assert row["bounds"] == "ok" and row["lower_us"] <= SHIFT_MS * 1e3 <= row["upper_us"], row.to_dict()
     assert abs(row["offset_us"] - SHIFT_MS * 1e3) < 1000 and row["corrected"], row.to_dict()
+
+
+def test_one_clock_domain_gives_the_typed_empty_bounds_the_full_pass_gives():
+    """With every rank on the reference's clock, ``call_bounds`` skips its passes: the same empty table they give
+    (here with a second domain that took part in no call, so the passes run and find nothing)."""
+    from frame_equal import assert_frame_equal
+    from tracekit.run import clocks
+
+    coll = pd.DataFrame({"rank": [0, 1, 0, 1], "start_ns": [0, 5, 100, 104], "dur_us": [1.0, 0.5, 2.0, 1.5],
+                         "op": ["all_reduce"] * 4, "bytes": [8.0] * 4})
+    group = np.array([0, 0, 1, 1])
+    fast = clocks.call_bounds(coll, group, {0: "a", 1: "a"}, "a")
+    assert_frame_equal(fast, clocks.call_bounds(coll, group, {0: "a", 1: "a", 7: "b"}, "a"))
+    assert fast.empty and list(fast.columns) == ["g", "dom", "lower", "upper", "diff"]
+    # Two domains: one row per call (hand-worked, ns). Rank 0 (the reference) runs 0-1000 and 100-2100, rank 1 5-505
+    # and 104-1604: diff = its end - the reference's, lower = its start - the reference's end, upper = its end -
+    # the reference's start.
+    two = clocks.call_bounds(coll, group, {0: "a", 1: "b"}, "a")
+    assert two["diff"].tolist() == [-495.0, -496.0] and two["lower"].tolist() == [-995.0, -1996.0]
+    assert two["upper"].tolist() == [505.0, 1504.0] and two["dom"].tolist() == ["b", "b"]

@@ -311,7 +311,8 @@ def test_a_rank_without_calls_has_the_typed_empty_table_the_full_pass_gives(trac
 
     root = Path(__file__).resolve().parents[1]
     if trace == "tiny":  # a GPU rank with a kernel and no collective at all
-        write_trace(tmp_path / "rank0.json", [cpu("aten::mm", 5, 20), launch(6, 1), kernel("gemm", 10, 30, correlation=1)])
+        events = [cpu("aten::mm", 5, 20), launch(6, 1), kernel("gemm", 10, 30, correlation=1)]
+        write_trace(tmp_path / "rank0.json", events)
         path = tmp_path / "rank0.json"
     else:
         path = root / trace

@@ -44,7 +44,8 @@ def _reference_step_times(graph, start, end, window_steps) -> pd.DataFrame:
     frame["t"] = frame.groupby("rank")["t"].cummax()
     frame["next_t"] = frame.groupby("rank")["t"].shift(-1)
     frame = frame.merge(window_steps[["rank", "step"]], on=["rank", "step"])
-    return frame.assign(step_us=(frame["next_t"] - frame["t"]) / 1e3).dropna(subset=["step_us"])[["rank", "step", "step_us"]]
+    frame = frame.assign(step_us=(frame["next_t"] - frame["t"]) / 1e3)
+    return frame.dropna(subset=["step_us"])[["rank", "step", "step_us"]]
 
 
 def _same(graph, start, end, window=None):

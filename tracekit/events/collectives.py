@@ -91,7 +91,8 @@ def _no_calls(calls: pd.DataFrame) -> pd.DataFrame:
     """The collective table of a rank without a call: ``_table``'s columns and types, without its passes."""
     none, text = np.empty(0), np.empty(0, dtype=object)
     return pd.DataFrame({
-        "rank": calls["rank"].to_numpy(), "step": calls["step"].to_numpy(), "op": pd.Categorical([], categories=list(OPS)),
+        "rank": calls["rank"].to_numpy(), "step": calls["step"].to_numpy(),
+        "op": pd.Categorical([], categories=list(OPS)),
         "pg": text, "pg_desc": text, "peer": none, "peer_local": none, "posted_ns": none, "seq": none,
         "start_ns": calls["ts_ns"].to_numpy(), "dur_us": none, "bytes": none, "dtype": text, "group_size": none,
         "algbw_gbps": none, "busbw_gbps": none, "name": text, "row": calls.index.to_numpy(),

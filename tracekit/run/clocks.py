@@ -64,6 +64,10 @@ def clock_offsets(coll: pd.DataFrame, group: np.ndarray, hosts: dict[int, str | 
 def call_bounds(coll: pd.DataFrame, group: np.ndarray, domain_of: dict[int, str], ref: str) -> pd.DataFrame:
     """One row per (matched synchronising call, clock domain other than ``ref``) where both took part: the causal
     ``lower``/``upper`` bounds on the domain's offset and the difference of first ends ``diff`` (all ns)."""
+    if set(domain_of.values()) <= {ref}:  # one clock domain: nothing to bound
+        ns = np.empty(0, dtype=np.int64)
+        return _bounds_of(pd.DataFrame({"g": np.asarray(group)[:0], "dom": pd.Series([], dtype=str), "first_end": ns,
+                                        "last_start": ns, "first_end_ref": ns, "last_start_ref": ns}))
     start = coll["start_ns"].to_numpy(dtype=np.int64)
     end = start + np.rint(coll["dur_us"].to_numpy() * 1e3).astype(np.int64)
     frame = pd.DataFrame({"g": group, "dom": coll["rank"].map(domain_of).to_numpy(), "start": start, "end": end,
@@ -75,7 +79,10 @@ def call_bounds(coll: pd.DataFrame, group: np.ndarray, domain_of: dict[int, str]
     frame = frame[frame["g"].isin(agree.index[(agree["ops"] == 1) & (agree["sizes"] <= 1)])]
     per = frame.groupby(["g", "dom"], sort=False).agg(first_end=("end", "min"), last_start=("start", "max")).reset_index()
     mine, theirs = per[per["dom"] != ref], per[per["dom"] == ref].drop(columns="dom")
-    both = mine.merge(theirs, on="g", suffixes=("", "_ref"))
+    return _bounds_of(mine.merge(theirs, on="g", suffixes=("", "_ref")))
+
+
+def _bounds_of(both: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"g": both["g"], "dom": both["dom"],
                          "lower": (both["last_start"] - both["first_end_ref"]).astype(float),
                          "upper": (both["first_end"] - both["last_start_ref"]).astype(float),
