@@ -77,7 +77,9 @@ def same_table(shown: pd.DataFrame, expected: pd.DataFrame, na: pd.DataFrame | N
     shows them: a column with an empty cell that reads 'n/a' as text (``fmt.shown``, unless ``numbers``), the others
     as numbers."""
     def plain(df: pd.DataFrame) -> pd.DataFrame:
-        df = df.reset_index(drop=True).astype(object)
+        # Values and labels, not their storage: Streamlit sends a table through Arrow, and its strings come back
+        # Arrow-held where the Summary's are Python-held (tracekit.pystrings).
+        df = df.reset_index(drop=True).astype(object).set_axis(df.columns.astype(object), axis=1)
         return df.where(df.notna(), None)
     assert_frame_equal(plain(shown), plain(expected if numbers else fmt.shown(expected, na)),
                        check_dtype=False)

@@ -30,12 +30,14 @@ from tracekit.summary.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
 from tracekit.rank.analyze import RankResult
 from tracekit.read.files import check_unique_ranks, find_trace_files, is_url, rank_in_file_name
 from tracekit import quality
+from tracekit.pystrings import python_strings
 from tracekit.schema import DATA_QUALITY_COLUMNS
 from tracekit.summary import offheap
 from tracekit.summary import model
 from tracekit.summary.model import Summary
 
 
+@python_strings()
 def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern: str | None = None,
               workers: int | None = None,
               engine: str = "local", client: object | None = None, cache: bool = True, cache_dir: str | Path | None = None,
@@ -134,6 +136,7 @@ def _size_on_disk(files) -> int | None:
         return None
 
 
+@python_strings()
 def whatif(run: Summary | str | Path, scenarios=None, compute_scale: dict[int, float] | None = None,
            **summarize_kwargs) -> pd.DataFrame:
     """``tracekit.predict.scenarios.whatif`` of a Summary, or of a run folder summarized with ``summarize_kwargs``.
@@ -151,6 +154,7 @@ def whatif(run: Summary | str | Path, scenarios=None, compute_scale: dict[int, f
     return predict.whatif(_summary(run, summarize_kwargs), scenarios, compute_scale)
 
 
+@python_strings()
 def compare(a: Summary | str | Path, b: Summary | str | Path, **summarize_kwargs) -> Comparison:
     """``tracekit.render.compare.compare`` of two runs, each a Summary or a run folder summarized with ``summarize_kwargs``."""
     return compare_summaries(_summary(a, summarize_kwargs), _summary(b, summarize_kwargs))

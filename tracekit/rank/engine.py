@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 from tracekit.rank import cache
 from tracekit.events.config import Config
 from tracekit.errors import NotATraceError, TraceReadError
+from tracekit.pystrings import python_strings
 from tracekit.read.files import GZIP_MAGIC, is_url
 from tracekit.read.parallel import context as fork_context
 from tracekit.rank.analyze import RankResult, analyze_rank
@@ -128,6 +129,7 @@ def run_key(files: Sequence[str | Path], config: Config, default_rank: int | Non
     return cache.key("run-tables", identities, config, default_rank, cache.shape(result_type))
 
 
+@python_strings()  # in a worker process too
 def _rank_task(path: str | Path, config: Config, default_rank: int | None, store: cache.Store | None = None,
                store_key: str | None = None, decode_workers: int = 1):
     """The unit of work, run wherever the engine puts it: analyse one rank, and keep the result under ``store_key``.
@@ -238,8 +240,7 @@ def _small(files) -> bool:
             return False
         try:
             with open(file, "rb") as f:
-                gzipped = f.read(2) == GZIP_MAGIC
-            size = os.path.getsize(file)
+                gzipped, size = f.read(2) == GZIP_MAGIC, os.fstat(f.fileno()).st_size
         except OSError:  # its read names the problem
             continue
         total += size * (GZIP_RATIO if gzipped else 1)
@@ -253,8 +254,7 @@ def _raise_if_fatal(value, skip_unreadable: bool = False) -> None:
 
 
 def _context():
-    """fork where it is safe (``parallel.context``: workers start in milliseconds, imports done), else forkserver
-    (``_preload``) or spawn."""
+    """fork where safe (``parallel.context``: workers start in ms, imports done), else forkserver or spawn."""
     forked = fork_context()
     if forked is not None:
         return forked
