@@ -99,3 +99,19 @@ def test_a_rank_task_sets_it_itself_where_its_worker_did_not_inherit_it(caller_s
     result = engine._rank_task(SAMPLES / "gpt-gloo-2rank" / "rank-0.pt.trace.json.gz", Config(), None)
     assert result.collectives["name"].dtype.storage == "python"
     assert pd.get_option(OPTION) == caller_setting
+
+
+@pytest.mark.parametrize("run", ["gpt-gloo-2rank", "pp-1f1b-4rank", "tp-fsdp-4rank"])
+def test_every_number_and_table_is_the_one_arrow_strings_give(run, monkeypatch, caller_setting):
+    """The whole Summary (every table, finding and fact, as JSON) with Python-held strings against the same run
+    analysed with Arrow-held strings throughout (the decorators bypassed, the caller's "pyarrow" in force)."""
+    from tracekit import api
+    from tracekit.rank import engine
+
+    monkeypatch.setattr(engine, "_rank_task", engine._rank_task.__wrapped__)
+    arrow = api.summarize.__wrapped__(SAMPLES / run, cache=False, workers=1)
+    assert arrow.collectives["name"].dtype.storage == "pyarrow"  # the reference really is Arrow-held
+    monkeypatch.undo()
+    python = tracekit.summarize(SAMPLES / run, cache=False, workers=1)
+    assert python.collectives["name"].dtype.storage == "python"
+    assert python.to_json("all") == arrow.to_json("all")
