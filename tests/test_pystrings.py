@@ -115,3 +115,12 @@ def test_every_number_and_table_is_the_one_arrow_strings_give(run, monkeypatch, 
     python = tracekit.summarize(SAMPLES / run, cache=False, workers=1)
     assert python.collectives["name"].dtype.storage == "python"
     assert python.to_json("all") == arrow.to_json("all")
+
+
+def test_the_docstring_example_runs():
+    import doctest
+
+    from tracekit import pystrings
+
+    result = doctest.testmod(pystrings, raise_on_error=False, verbose=False)
+    assert result.failed == 0 and result.attempted > 0
