@@ -68,7 +68,8 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
     The result is the same whatever the engine, the workers and the cache. The tables that grow with the trace
     (``Summary`` and ``tracekit.summary.offheap``) are kept in Arrow files, under ``cache_dir`` (``tables/``), or
     with ``cache=False`` in a temporary folder removed with the Summary, and read on first access.
-    (``_tables_in_memory``: keep them as DataFrames instead; the tests' reference.)
+    (``_tables_in_memory``: keep them as DataFrames instead; the tests' reference.) Text columns are ``str`` held as
+    Python objects (``tracekit.pystrings``); the caller's pandas ``mode.string_storage`` is as it was after.
 
     Example:
       >>> s = summarize("sample_traces/resnet-gloo-2rank")
