@@ -39,3 +39,10 @@ def _as_codes(frame: pd.DataFrame, columns: list) -> pd.DataFrame:
 
 def _types(categories: pd.Index) -> list[type]:
     return [type(value) for value in categories]
+
+
+def labels_as_objects(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` on a fresh range index with its column labels as Python objects: a table's values and labels, not
+    their storage. Streamlit sends a table through Arrow, so a table the viewer shows has Arrow-held labels where
+    the Summary's are Python-held (``tracekit.pystrings``)."""
+    return frame.reset_index(drop=True).set_axis(frame.columns.astype(object), axis=1)

@@ -31,7 +31,7 @@ from app import fmt, loader, paths  # noqa: E402
 from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
 from tracekit.render import charts, charts_ops, charts_roofline  # noqa: E402
 from test_charts_ops import write_memory_run  # noqa: E402
-from frame_equal import assert_frame_equal
+from frame_equal import assert_frame_equal, labels_as_objects
 
 MAIN = str(REPO / "app" / "main.py")
 PAGES = ("overview", "ranks", "communication", "idle", "timeline", "compare", "ops", "memory")
@@ -77,9 +77,7 @@ def same_table(shown: pd.DataFrame, expected: pd.DataFrame, na: pd.DataFrame | N
     shows them: a column with an empty cell that reads 'n/a' as text (``fmt.shown``, unless ``numbers``), the others
     as numbers."""
     def plain(df: pd.DataFrame) -> pd.DataFrame:
-        # Values and labels, not their storage: Streamlit sends a table through Arrow, and its strings come back
-        # Arrow-held where the Summary's are Python-held (tracekit.pystrings).
-        df = df.reset_index(drop=True).astype(object).set_axis(df.columns.astype(object), axis=1)
+        df = labels_as_objects(df).astype(object)
         return df.where(df.notna(), None)
     assert_frame_equal(plain(shown), plain(expected if numbers else fmt.shown(expected, na)),
                        check_dtype=False)

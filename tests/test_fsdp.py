@@ -18,7 +18,7 @@ from tracekit.findings import fsdp_findings
 
 ROOT = Path(__file__).resolve().parents[1]
 from tracekit.schema import FSDP_COLUMNS
-from frame_equal import assert_frame_equal
+from frame_equal import assert_frame_equal, labels_as_objects
 
 GLOO = 9  # gloo's worker thread; the training thread is 1
 NCCL_ARGS = {"Collective name": "_allgather_base", "dtype": "Float", "In msg nelems": 50, "Out msg nelems": 100,
@@ -290,7 +290,8 @@ def test_the_fsdp_page_shows_each_unit_and_the_findings(monkeypatch, summaries):
 
         y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
     assert y == pytest.approx(fwd.tolist())
-    assert_frame_equal(values(at.dataframe[1].value), values(fmt.display_units(s.fsdp_totals())), check_dtype=False)
+    assert_frame_equal(labels_as_objects(at.dataframe[1].value), labels_as_objects(fmt.display_units(s.fsdp_totals())),
+                       check_dtype=False)
     boxes = [e.value for e in [*at.error, *at.warning, *at.info]]
     for finding in (x for x in s.findings if x.kind.startswith("fsdp_")):
         assert any(finding.message in b for b in boxes)
@@ -355,8 +356,8 @@ def test_the_compare_page_puts_ddp_beside_fsdp(monkeypatch, summaries):
     shown = at.dataframe[0].value
     expected = tracekit.compare(summaries(REPO / DDP_RUN, cache=False),
                                 summaries(REPO / FSDP_RUN, cache=False)).table
-    assert_frame_equal(values(shown).astype(object).where(shown.notna(), None),
-                       values(expected).astype(object).where(expected.notna(), None), check_dtype=False)
+    assert_frame_equal(labels_as_objects(shown).astype(object).where(shown.notna(), None),
+                       labels_as_objects(expected).astype(object).where(expected.notna(), None), check_dtype=False)
     assert "all_gather_MB_per_step" in set(shown["metric"])
 
 
@@ -374,8 +375,3 @@ def test_fp32_gather_finding_of_unknown_size_says_unknown_not_zero(summaries):
     assert len(found) == 1 and "(unknown MB per step and rank)" in found[0].message
     assert math.isnan(found[0].evidence["allgather_bytes_per_step"])
 
-
-def values(frame: pd.DataFrame) -> pd.DataFrame:
-    """A table's values and labels, not their storage: Streamlit sends a table through Arrow, and its strings come
-    back Arrow-held where the Summary's are Python-held (tracekit.pystrings)."""
-    return frame.reset_index(drop=True).set_axis(frame.columns.astype(object), axis=1)
