@@ -9,11 +9,12 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import tracekit
-from tracekit.rank import cache
+from tracekit.rank import cache, cachefile
 from tracekit.rank import engine
 from tracekit.events.config import Config
 from tracekit.rank.analyze import RankResult, analyze_rank
@@ -102,12 +103,26 @@ def test_a_corrupt_entry_is_a_miss_and_is_recomputed(tmp_path):
     path = GLOO_RUN / "rank-0.pt.trace.json.gz"
     store = cache.Store(tmp_path, RankResult)
     key = engine.rank_key(path, Config(), 0)
-    store.put(key, analyze_rank(path, Config(), 0))
-    for table in store.entry(key).glob("*.parquet"):
-        table.write_bytes(b"not parquet")
+    result = analyze_rank(path, Config(), 0)
+    store.put(key, result)
+    tables = list(store.entry(key).glob("*.arrow"))
+    assert len(tables) == len(cachefile.split(result)[0])  # one file per table
+    for table in tables:
+        table.write_bytes(b"not an Arrow file")
     assert store.get(key) is None
     fresh = tracekit.summarize(path, workers=1, cache=False)
     assert_frame_equal(tracekit.summarize(path, workers=1, cache_dir=tmp_path).ranks, fresh.ranks)
+
+
+def test_a_truncated_table_is_a_miss(tmp_path):
+    """A table file cut short (a full disk, a copy stopped half-way) is a miss, not an error or a shorter table."""
+    path = GLOO_RUN / "rank-0.pt.trace.json.gz"
+    store = cache.Store(tmp_path, RankResult)
+    key = engine.rank_key(path, Config(), 0)
+    store.put(key, analyze_rank(path, Config(), 0))
+    graph = store.entry(key) / "graph.arrow"
+    graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
+    assert store.get(key) is None
 
 
 def test_an_unwritable_cache_warns_and_still_summarizes(tmp_path):
@@ -240,3 +255,30 @@ def test_the_code_version_covers_every_stage_folder(tmp_path):
     assert cache.source_digest(package, "2") != cache.source_digest(package, "1")
     cache.code_version.cache_clear()  # the cached value is the process's first: the source may have changed since
     assert cache.code_version() == cache.source_digest(Path(cache.__file__).resolve().parents[1], tracekit.__version__)
+
+
+def test_categories_count_as_the_same_only_in_the_same_order_dtype_and_ordering():
+    """The restore step skips a column only when its categories are exactly those written (pandas' ``==`` of two
+    unordered dtypes ignores their order and the categories' dtype)."""
+    written = pd.CategoricalDtype(pd.Index(["b", "a"], dtype="str"))
+    assert cachefile._same_categories(pd.CategoricalDtype(pd.Index(["b", "a"], dtype="str")), written)
+    assert pd.CategoricalDtype(pd.Index(["a", "b"], dtype="str")) == written  # what == alone would accept
+    assert not cachefile._same_categories(pd.CategoricalDtype(pd.Index(["a", "b"], dtype="str")), written)
+    assert not cachefile._same_categories(pd.CategoricalDtype(pd.Index(["b", "a"], dtype=object)), written)
+    assert not cachefile._same_categories(pd.CategoricalDtype(pd.Index(["b", "a"], dtype="str"), ordered=True),
+                                          written)
+    assert not cachefile._same_categories(pd.Series(["b", "a"], dtype="str").dtype, written)
+
+
+def test_an_entry_gives_back_unused_categories_their_order_and_object_columns(tmp_path):
+    """Written and read back: unused categories in their order (ordered or not, of text and of numbers), None and
+    NaN kept apart in an object column, and a non-default index."""
+    frame = pd.DataFrame({"kind": pd.Categorical(["b", "a"], categories=["z", "b", "a", "q"]),
+                          "level": pd.Categorical([1, 2], categories=[3, 2, 1], ordered=True),
+                          "loose": np.array([None, float("nan")], dtype=object),
+                          "n": [1.5, 2.5]}, index=[7, 3])
+    cachefile.write_entry(tmp_path / "entry", {"t": frame}, {})
+    tables, _ = cachefile.read_entry(tmp_path / "entry")
+    assert_frame_equal(tables["t"], frame)
+    assert list(tables["t"]["kind"].cat.categories) == ["z", "b", "a", "q"]
+    assert tables["t"]["loose"].iloc[0] is None and tables["t"]["loose"].iloc[1] != tables["t"]["loose"].iloc[1]

@@ -98,7 +98,7 @@ def test_dask_engine_gives_the_plain_summary(plain, run, dask_cluster):
 def test_dask_engine_takes_a_scheduler_address_and_fills_the_cache(plain, dask_cluster, tmp_path):
     result = tracekit.summarize(GLOO_RUN, engine="dask", client=dask_cluster.scheduler_address, cache_dir=tmp_path)
     assert_same_summary(plain[GLOO_RUN], result)
-    assert len(list(tmp_path.glob("*/*/rank.parquet"))) == 0  # entries are folders of tables
+    assert len(list(tmp_path.glob("*/*/rank.arrow"))) == 0  # entries are folders of tables
     assert len([p for p in tmp_path.glob("??/*") if p.is_dir()]) == 4  # one entry per rank (in shard folders xx/)
     assert_same_summary(plain[GLOO_RUN], tracekit.summarize(GLOO_RUN, cache_dir=tmp_path))
 

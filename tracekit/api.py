@@ -57,7 +57,7 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
         with other threads: this one, ``engine.UNFORKED_POOL_FROM_BYTES``), 1 for none.
       engine: ``"local"`` (this machine) or ``"dask"`` (the ranks are Dask tasks on the cluster of ``client``).
       client: for ``engine="dask"``: a ``distributed.Client`` or a scheduler address (``"tcp://host:8786"``).
-      cache: keep per-rank results in a Parquet cache, so a second summary of an unchanged run is fast.
+      cache: keep per-rank results in an on-disk cache, so a second summary of an unchanged run is fast.
       cache_dir: the cache folder (default: ``$TRACEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tracekit``, else
         ``~/.cache/tracekit``; ``tracekit.rank.cache.resolve_dir``); nothing is written in the trace folder.
       progress: called as ``progress(done, total)`` each time a rank is finished; if it also has a ``stage(name)``

@@ -5,8 +5,8 @@ knows (the trace file's identity, the ``Config``, the result's shape) and decide
 ``key`` adds the tracekit version and a hash of its source files, so a changed metric never reads an old entry;
 nothing is ever invalidated by hand.
 
-An entry is a folder: one Parquet file per table and one msgpack file for everything else, written to a temporary
-folder and renamed into place, so a reader never sees half an entry. Reading an entry marks it used; ``trim``
+An entry is a folder: one Arrow IPC file per table (``<table>.arrow``, zstd) and one msgpack file for everything
+else, written to a temporary folder and renamed into place, so a reader never sees half an entry. Reading an entry marks it used; ``trim``
 removes the least recently used entries until the folder is under its cap (``DEFAULT_MAX_BYTES`` unless told).
 
 A run's Summary keeps its event tables here too (``tracekit.summary.offheap``): one folder per run,
@@ -47,7 +47,7 @@ __all__ = ["DEFAULT_CACHE_DIR", "CACHE_DIR_VARIABLE", "DEFAULT_MAX_BYTES", "Stor
 DEFAULT_CACHE_DIR = Path("~/.cache/tracekit")  # the last resort of resolve_dir: no variable says otherwise
 CACHE_DIR_VARIABLE = "TRACEKIT_CACHE_DIR"
 DEFAULT_MAX_BYTES = 4 * 1024**3  # 4 GiB: a few hundred large ranks' results
-_FORMAT = 2  # bump when the layout of an entry changes
+_FORMAT = 3  # bump when the layout of an entry changes
 TABLES_FOLDER = "tables"  # the runs' event tables: <cache>/tables/<key>/<table>.arrow
 _TABLE_SUFFIX = ".arrow"
 _ERRORS_WRITING = (OSError, NotImplementedError, msgspec.EncodeError, ValueError, TypeError)
@@ -99,7 +99,7 @@ def key(kind: str, *parts: Any) -> str:
 class Store:
     """Entries of one frozen dataclass type ``kind`` under ``folder``, at most ``max_bytes`` after ``trim``.
 
-    DataFrame fields are kept as Parquet (categories and object columns restored exactly), the others as msgpack.
+    DataFrame fields are kept as Arrow IPC files (categories and object columns restored exactly), the others as msgpack.
     A Store is plain data: it can be sent to worker processes, which put what they compute.
     """
 

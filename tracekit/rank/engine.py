@@ -61,7 +61,7 @@ class EngineOptions:
     workers: local processes; ``None`` is one per core (but this process alone where the pool could not be forked
       and the run is small: ``UNFORKED_POOL_FROM_BYTES``), ``1`` runs everything in this process.
     client: for ``"dask"``: a ``distributed.Client``, or a scheduler address such as ``"tcp://host:8786"``.
-    cache_dir: the Parquet cache folder, or ``None`` for no cache.
+    cache_dir: the cache folder, or ``None`` for no cache.
     cache_max_bytes: the cache folder is trimmed to this size after each run, least recently used entries first.
     progress: called as ``progress(done, total)`` in this process each time a rank is finished.
     skip_unreadable: return the read error of any file that cannot be read (truncated, not JSON, no rank) as its
