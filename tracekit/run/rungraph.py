@@ -16,6 +16,7 @@ from pandas.api.types import union_categoricals
 
 from tracekit.events.collectives import P2P_POSTS
 from tracekit.rank.graph import GRAPH_COLUMNS, NODE_CATS, empty_graph
+from tracekit.read.release import release_memory
 
 
 def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict[int, int], origin_ns: int,
@@ -25,27 +26,43 @@ def run_graph(graphs: list[pd.DataFrame], collectives: pd.DataFrame, shift: dict
 
     ``graphs`` come in the order the per-rank collectives tables were concatenated into ``collectives``, which
     carries ``match_id`` and ``matched``; and of the run's P2P calls ``p2p_calls`` (``RankResult.p2p`` stacked), whose
-    pairs ``p2p`` (``summary.p2p``: ``send_op``/``recv_op``) give ``pair_src``."""
-    graphs = [g for g in graphs if not g.empty]
-    if not graphs:
+    pairs ``p2p`` (``summary.p2p``: ``send_op``/``recv_op``) give ``pair_src``.
+
+    The list is emptied: each rank's table is let go as soon as its rows are copied into the run's, so the join
+    never holds the ranks' tables and the run's whole at once (where the caller holds no other reference)."""
+    kept = [g for g in graphs if not g.empty]
+    graphs.clear()
+    if not kept:
         return empty_graph().assign(group=pd.Series(dtype=np.int64), pair_src=pd.Series(dtype=np.int64))
     calls_per_rank = collectives.groupby("rank").size() if len(collectives) else pd.Series(dtype=int)
     p2p_per_rank = p2p_calls.groupby("rank").size() if p2p_calls is not None and len(p2p_calls) else pd.Series(dtype=int)
-    moves, offset, lanes, coll_offset, p2p_offset = [], 0, 0, 0, 0
-    for g in graphs:
+    numeric = [c for c in GRAPH_COLUMNS if c not in ("name", "cat")]
+    # Each column in the dtype that concatenating the ranks' columns would give; filled rank by rank.
+    columns = {c: np.empty(sum(len(g) for g in kept), dtype=np.result_type(*(g[c].dtype for g in kept)))
+               for c in numeric}
+    cat_codes = np.empty(len(columns["rank"]), dtype=np.int8)
+    names = []  # each rank's names (codes and categories: small), joined last
+    offset, lanes, coll_offset, p2p_offset = 0, 0, 0, 0
+    for i in range(len(kept)):
+        g, kept[i] = kept[i], None
         rank = int(g["rank"].iloc[0])
-        moves.append({"ps": offset, "pe": offset, "dr": offset, "coll": coll_offset, "p2p": p2p_offset, "lane": lanes,
-                      "start_ns": shift.get(rank, 0) + origin_ns, "end_ns": shift.get(rank, 0) + origin_ns})
+        clock = shift.get(rank, 0) + origin_ns
+        move = {"ps": offset, "pe": offset, "dr": offset, "coll": coll_offset, "p2p": p2p_offset, "lane": lanes,
+                "start_ns": clock, "end_ns": clock}
+        rows = slice(offset, offset + len(g))
+        for c in numeric:
+            columns[c][rows] = _moved(g[c].to_numpy(), c, move)
+        cat_codes[rows] = _codes(g["cat"], NODE_CATS)
+        names.append(g["name"].astype("category"))
         offset, lanes = offset + len(g), lanes + int(g["lane"].max()) + 1
         coll_offset += int(calls_per_rank.get(rank, 0))
         p2p_offset += int(p2p_per_rank.get(rank, 0))
-    # Column by column, so that only one column of the run is ever made twice (the per-rank tables stay as they are).
-    nodes = pd.DataFrame({c: _joined(graphs, moves, c) for c in GRAPH_COLUMNS if c not in ("name", "cat")},
-                         copy=False)
-    nodes.insert(GRAPH_COLUMNS.index("cat"), "cat", pd.Categorical.from_codes(
-        np.concatenate([_codes(g["cat"], NODE_CATS) for g in graphs]), categories=NODE_CATS))
-    nodes.insert(GRAPH_COLUMNS.index("name"), "name",
-                 union_categoricals([g["name"].astype("category") for g in graphs]))
+        del g  # this rank's table goes here, where the caller kept no other reference
+    release_memory()  # the ranks' tables' pages, which the allocator would keep rather than return
+    nodes = pd.DataFrame(columns, copy=False)  # not consolidated: no column is copied
+    nodes.insert(GRAPH_COLUMNS.index("cat"), "cat", pd.Categorical.from_codes(cat_codes, categories=NODE_CATS))
+    nodes.insert(GRAPH_COLUMNS.index("name"), "name", union_categoricals(names))
+    del columns, cat_codes, names
     coll = nodes["coll"].to_numpy()
     has = coll >= 0
     group = np.full(len(nodes), -1, dtype=np.int64)
@@ -126,18 +143,16 @@ def _posters(nodes: pd.DataFrame) -> np.ndarray:
     return np.where(use, ps, own)
 
 
-def _joined(graphs: list[pd.DataFrame], moves: list[dict], column: str) -> np.ndarray:
-    """``column`` of every rank's graph in one array: row positions (``ps``, ``pe``, ``dr``, ``coll``: -1 for none)
+def _moved(values: np.ndarray, column: str, move: dict) -> np.ndarray:
+    """One rank's ``column`` as the run's: row positions (``ps``, ``pe``, ``dr``, ``coll``, ``p2p``: -1 for none)
     and lanes moved past the ranks before, times moved to the run's corrected clock from its origin."""
-    parts = []
-    for g, move in zip(graphs, moves):
-        values = g[column].to_numpy()
-        if column in ("ps", "pe", "dr", "coll", "p2p"):
-            values = np.where(values >= 0, values + move[column], -1)
-        elif column in move:
-            values = values + move[column] if column == "lane" else values - move[column]
-        parts.append(values)
-    return np.concatenate(parts)
+    if column in ("ps", "pe", "dr", "coll", "p2p"):
+        return np.where(values >= 0, values + move[column], -1)
+    if column == "lane":
+        return values + move[column]
+    if column in move:
+        return values - move[column]
+    return values
 
 
 def _codes(cat: pd.Series, categories: tuple) -> np.ndarray:
