@@ -15,7 +15,7 @@ Scenarios:
           same worker pool: gunzip + tracekit's own typed msgspec decode, and a leaner one (gunzip + a typed decode
           of ph, cat, name, ts, dur, pid, tid, args left raw). Each is timed as a whole process, start-up and
           imports included (``process_s``), and after its imports (``wall_s``); the ratios use whole processes.
-  cache   the same set summarized twice with an empty cache folder: the second run reads the Parquet cache.
+  cache   the same set summarized twice with an empty cache folder: the second run reads the cache.
   ranks64 64 such ranks: peak memory against the 8-rank run's.
   large   one plain-JSON trace of ~1 GB, then ~4 GB (one rank: one process, with helpers that decode its chunks
           and a process that makes its operator tables beside the other stages when there are spare cores): peak
