@@ -23,7 +23,11 @@ from frame_equal import assert_frame_equal
 ROOT = Path(__file__).resolve().parents[1]
 GLOO_RUN = ROOT / "sample_traces" / "resnet-gloo-2rank"
 HTA = ROOT.parent / "shared" / "traces" / "hta"
-FILES = sorted(GLOO_RUN.glob("rank-*")) + sorted(HTA.glob("*/*.json.gz"))
+# Every rank of one run, the first rank of each other sample run (pipeline, FSDP, TP: their own tables and
+# columns) and every shared trace.
+FILES = (sorted(GLOO_RUN.glob("rank-*"))
+         + [min(run.glob("rank-*")) for run in sorted(GLOO_RUN.parent.iterdir()) if run.is_dir() and run != GLOO_RUN]
+         + sorted(HTA.glob("*/*.json.gz")))
 
 
 def _assert_same_result(a, b) -> None:
@@ -112,6 +116,26 @@ def test_a_corrupt_entry_is_a_miss_and_is_recomputed(tmp_path):
     assert store.get(key) is None
     fresh = tracekit.summarize(path, workers=1, cache=False)
     assert_frame_equal(tracekit.summarize(path, workers=1, cache_dir=tmp_path).ranks, fresh.ranks)
+
+
+@pytest.mark.parametrize("name", ["collectives.arrow", "graph.arrow", "fields.msgpack", "tables.msgpack"])
+def test_one_flipped_bit_in_any_file_is_a_miss(tmp_path, name):
+    """A file whose bytes are not those written is refused before it is parsed: a bit flipped inside an Arrow file can
+    crash pyarrow or read back as other numbers, and one inside the msgpack as other values, none of which a
+    parser alone would notice."""
+    path = GLOO_RUN / "rank-0.pt.trace.json.gz"
+    store = cache.Store(tmp_path, RankResult)
+    key = engine.rank_key(path, Config(), 0)
+    store.put(key, analyze_rank(path, Config(), 0))
+    target = store.entry(key) / name
+    data = bytearray(target.read_bytes())
+    for position in (len(data) // 3, len(data) - 1):  # inside the file, and its last byte
+        damaged = data.copy()
+        damaged[position] ^= 0x10
+        target.write_bytes(bytes(damaged))
+        assert store.get(key) is None
+    target.write_bytes(bytes(data))
+    assert store.get(key) is not None  # the same entry, undamaged, is read
 
 
 def test_a_truncated_table_is_a_miss(tmp_path):
@@ -276,9 +300,12 @@ def test_an_entry_gives_back_unused_categories_their_order_and_object_columns(tm
     frame = pd.DataFrame({"kind": pd.Categorical(["b", "a"], categories=["z", "b", "a", "q"]),
                           "level": pd.Categorical([1, 2], categories=[3, 2, 1], ordered=True),
                           "loose": np.array([None, float("nan")], dtype=object),
+                          "words": pd.Series(["F", None], index=[7, 3], dtype=object),  # text, held as objects
                           "n": [1.5, 2.5]}, index=[7, 3])
+    assert frame["words"].dtype == object and frame["words"].tolist() == ["F", None]
     cachefile.write_entry(tmp_path / "entry", {"t": frame}, {})
     tables, _ = cachefile.read_entry(tmp_path / "entry")
     assert_frame_equal(tables["t"], frame)
     assert list(tables["t"]["kind"].cat.categories) == ["z", "b", "a", "q"]
     assert tables["t"]["loose"].iloc[0] is None and tables["t"]["loose"].iloc[1] != tables["t"]["loose"].iloc[1]
+    assert tables["t"]["words"].dtype == object and tables["t"]["words"].tolist() == ["F", None]

@@ -3,12 +3,16 @@ the rest as msgpack.
 
 ``write_entry`` writes into a hidden temporary folder renamed into place, so a reader never sees half an entry;
 ``read_entry`` and ``join`` give the dataclass back, categories and object columns (None apart from NaN) exact.
-``tracekit.rank.cache`` decides where entries go and when they are used.
+Every file is checked against a digest written with it before it is parsed: a damaged entry (a flipped bit, a file
+cut short or swapped) is refused as a ``ValueError``, which the store counts as a miss, never read as other values
+or handed to a parser that would crash on it. ``tracekit.rank.cache`` decides where entries go and when they are used.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import os
 import shutil
 import tempfile
@@ -19,6 +23,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyarrow import feather
 
 __all__ = ["write_entry", "read_entry", "split", "join", "TABLE_SUFFIX"]
@@ -42,14 +47,17 @@ def write_entry(final: Path, tables: dict[str, pd.DataFrame], rest: dict[str, An
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        layout = {}
+        layout, digests = {}, {}
         for name, frame in tables.items():
             loose = [c for c, dtype in frame.dtypes.items() if dtype == object]
-            feather.write_feather(frame.drop(columns=loose), tmp / f"{name}{TABLE_SUFFIX}", compression="zstd")
+            sink = pa.BufferOutputStream()
+            feather.write_feather(frame.drop(columns=loose), sink, compression="zstd")
+            digests[f"{name}{TABLE_SUFFIX}"] = _write(tmp / f"{name}{TABLE_SUFFIX}", sink.getvalue().to_pybytes())
             layout[name] = {"columns": [str(c) for c in frame.columns], "categories": _categories(frame),
                             "loose": {str(c): frame[c].tolist() for c in loose}}
-        (tmp / "fields.msgpack").write_bytes(msgspec.msgpack.encode(rest, enc_hook=_enc_hook))
-        (tmp / "tables.msgpack").write_bytes(msgspec.msgpack.encode(layout, enc_hook=_enc_hook))
+        digests["fields.msgpack"] = _write(tmp / "fields.msgpack", msgspec.msgpack.encode(rest, enc_hook=_enc_hook))
+        index = msgspec.msgpack.encode({"layout": layout, "digests": digests}, enc_hook=_enc_hook)
+        (tmp / "tables.msgpack").write_bytes(_digest(index) + index)  # itself checked by the digest before it
         os.rename(tmp, final)  # atomic: the entry appears whole or not at all
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -62,10 +70,41 @@ def write_entry(final: Path, tables: dict[str, pd.DataFrame], rest: dict[str, An
 
 
 def read_entry(entry: Path) -> tuple[dict[str, pd.DataFrame], bytes]:
-    layout = msgspec.msgpack.decode((entry / "tables.msgpack").read_bytes())
-    tables = {name: _restored(pd.read_feather(entry / f"{name}{TABLE_SUFFIX}"), spec)
-              for name, spec in layout.items()}
-    return tables, (entry / "fields.msgpack").read_bytes()
+    """The entry's tables and its other fields' msgpack bytes; a ValueError where a file is not the one written."""
+    data = (entry / "tables.msgpack").read_bytes()
+    index = _checked(entry / "tables.msgpack", data[_DIGEST_BYTES:], data[:_DIGEST_BYTES])
+    index = msgspec.msgpack.decode(index)
+    digests = index["digests"]
+    tables = {}
+    for name, spec in index["layout"].items():
+        path = entry / f"{name}{TABLE_SUFFIX}"
+        raw = _checked(path, path.read_bytes(), digests[path.name])
+        try:
+            tables[name] = _restored(pd.read_feather(io.BytesIO(raw)), spec)
+        except pa.ArrowException as err:  # the digest held: a file this pyarrow cannot read back
+            raise ValueError(f"{path}: not readable as an Arrow file: {err}") from err
+    fields = entry / "fields.msgpack"
+    return tables, _checked(fields, fields.read_bytes(), digests[fields.name])
+
+
+_DIGEST_BYTES = 16
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).digest()
+
+
+def _write(path: Path, data: bytes) -> bytes:
+    """Write ``data`` to ``path``; its digest."""
+    path.write_bytes(data)
+    return _digest(data)
+
+
+def _checked(path: Path, data: bytes, digest: bytes) -> bytes:
+    """``data``, where its digest is ``digest``; else a ValueError naming ``path``."""
+    if len(digest) != _DIGEST_BYTES or _digest(data) != digest:
+        raise ValueError(f"{path}: damaged (its digest is not the one written with it)")
+    return data
 
 
 def _categories(frame: pd.DataFrame) -> dict:
@@ -81,8 +120,9 @@ def _restored(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
               for col, (cats, kind, ordered) in spec["categories"].items()}
     dtypes = {col: dtype for col, dtype in dtypes.items() if not _same_categories(frame[col].dtype, dtype)}
     frame = frame.astype(dtypes) if dtypes else frame
-    if spec["loose"]:
-        frame = frame.assign(**{col: _objects(values) for col, values in spec["loose"].items()})
+    if spec["loose"]:  # as object Series: an array of strings would be inferred as a str column
+        frame = frame.assign(**{col: pd.Series(_objects(values), index=frame.index, dtype=object)
+                                for col, values in spec["loose"].items()})
     return frame[spec["columns"]] if list(frame.columns) != spec["columns"] else frame
 
 
