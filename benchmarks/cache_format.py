@@ -4,7 +4,7 @@
 
 Each rank of each run is analysed once; then its ``RankResult`` tables are written and read back ``--repeat``
 times in each format, alternating, in one process: the cache's own (``tracekit.rank.cachefile``: Arrow IPC, zstd)
-and Parquet with zstd (the format it replaced). Both read back through ``cachefile``'s restore step, so each time
+and Parquet with zstd (the common alternative). Both read back through ``cachefile``'s restore step, so each time
 is what a cache hit pays for the tables. Prints medians and the ratios Parquet / Arrow (above 1: Arrow is faster).
 """
 
@@ -87,8 +87,9 @@ def main() -> None:
         for run in args.runs:
             files = sorted(p for p in run.glob("rank-*") if p.is_file())
             m = measure(files, args.repeat)
-            print(f"{str(run)[-40:]:40s} {len(files):5d} {m['arrow_write'] * 1e3:9.0f}ms {m['parquet_write'] * 1e3:6.0f}ms "
-                  f"{m['parquet_write'] / m['arrow_write']:5.2f}x   {m['arrow_read'] * 1e3:8.0f}ms "
+            print(f"{str(run)[-40:]:40s} {len(files):5d} {m['arrow_write'] * 1e3:9.0f}ms "
+                  f"{m['parquet_write'] * 1e3:6.0f}ms {m['parquet_write'] / m['arrow_write']:5.2f}x   "
+                  f"{m['arrow_read'] * 1e3:8.0f}ms "
                   f"{m['parquet_read'] * 1e3:6.0f}ms {m['parquet_read'] / m['arrow_read']:5.2f}x   "
                   f"{m['arrow'] / 1e6:8.2f} {m['parquet'] / 1e6:8.2f}", flush=True)
 

@@ -23,8 +23,9 @@ def _rank(rank: int, starts: list[int], ps: list[int], lanes: list[int], step_dt
         "start_ns": np.array(starts, dtype=np.int64), "end_ns": np.array(starts, dtype=np.int64) + 10,
         "step": np.ones(n, dtype=step_dtype), "cat": pd.Categorical(["compute"] * n),
         "name": pd.Categorical([f"k{rank}"] * n), "in_data": np.zeros(n, dtype=bool),
-        "coll": np.full(n, -1, dtype=np.int64), "ps": np.array(ps, dtype=np.int64), "pe": np.full(n, -1, dtype=np.int64),
-        "dr": np.full(n, -1, dtype=np.int64), "busy_ns": np.zeros(n, dtype=np.int64), "p2p": np.full(n, -1, dtype=np.int64),
+        "coll": np.full(n, -1, dtype=np.int64), "ps": np.array(ps, dtype=np.int64),
+        "pe": np.full(n, -1, dtype=np.int64), "dr": np.full(n, -1, dtype=np.int64),
+        "busy_ns": np.zeros(n, dtype=np.int64), "p2p": np.full(n, -1, dtype=np.int64),
     })
     return frame[GRAPH_COLUMNS]
 

@@ -6,8 +6,9 @@ knows (the trace file's identity, the ``Config``, the result's shape) and decide
 nothing is ever invalidated by hand.
 
 An entry is a folder: one Arrow IPC file per table (``<table>.arrow``, zstd) and one msgpack file for everything
-else, written to a temporary folder and renamed into place, so a reader never sees half an entry. Reading an entry marks it used; ``trim``
-removes the least recently used entries until the folder is under its cap (``DEFAULT_MAX_BYTES`` unless told).
+else, each checked against a digest on reading, written to a temporary folder and renamed into place, so a reader
+never sees half an entry. Reading an entry marks it used; ``trim`` removes the least recently used entries until the
+folder is under its cap (``DEFAULT_MAX_BYTES`` unless told).
 
 A run's Summary keeps its event tables here too (``tracekit.summary.offheap``): one folder per run,
 ``tables/<key>``, of Arrow IPC files (``<table>.arrow``), keyed like an entry on what decides the run's result
@@ -99,7 +100,8 @@ def key(kind: str, *parts: Any) -> str:
 class Store:
     """Entries of one frozen dataclass type ``kind`` under ``folder``, at most ``max_bytes`` after ``trim``.
 
-    DataFrame fields are kept as Arrow IPC files (categories and object columns restored exactly), the others as msgpack.
+    DataFrame fields are kept as Arrow IPC files (categories and object columns restored exactly), the others as
+    msgpack.
     A Store is plain data: it can be sent to worker processes, which put what they compute.
     """
 
