@@ -25,21 +25,15 @@ from tracekit.rank import cachefile
 from tracekit.rank.analyze import analyze_rank
 
 
-def _parquet_write(folder: Path, tables: dict) -> None:
+def _parquet_write(folder: Path, tables: dict, specs: dict) -> None:
     for name, frame in tables.items():
-        loose = [c for c, dtype in frame.dtypes.items() if dtype == object]
-        frame.drop(columns=loose).to_parquet(folder / f"{name}.parquet", engine="pyarrow", compression="zstd")
+        frame.drop(columns=list(specs[name]["loose"])).to_parquet(folder / f"{name}.parquet", engine="pyarrow",
+                                                                  compression="zstd")
 
 
 def _parquet_read(folder: Path, specs: dict) -> dict:
     return {name: cachefile._restored(pd.read_parquet(folder / f"{name}.parquet", engine="pyarrow"), spec)
             for name, spec in specs.items()}
-
-
-def _specs(tables: dict) -> dict:
-    return {name: {"columns": [str(c) for c in frame.columns], "categories": cachefile._categories(frame),
-                   "loose": {str(c): frame[c].tolist() for c in frame.columns if frame[c].dtype == object}}
-            for name, frame in tables.items()}
 
 
 def _timed(fn) -> float:
@@ -63,8 +57,8 @@ def measure(files: list[Path], repeat: int) -> dict:
                 arrow_r += _timed(lambda: cachefile.read_entry(entry))
                 folder = work / f"parquet-{i}-{n}"
                 folder.mkdir()
-                specs = _specs(tables)
-                parquet_w += _timed(lambda: _parquet_write(folder, tables))
+                specs = {name: cachefile.table_spec(frame) for name, frame in tables.items()}
+                parquet_w += _timed(lambda: _parquet_write(folder, tables, specs))
                 parquet_r += _timed(lambda: _parquet_read(folder, specs))
                 if i == 0:
                     sizes["arrow"] += sum(p.stat().st_size for p in entry.glob(f"*{cachefile.TABLE_SUFFIX}"))

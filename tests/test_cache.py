@@ -103,12 +103,19 @@ def test_options_are_part_of_the_key(tmp_path):
     assert_frame_equal(windowed.ranks, tracekit.summarize(GLOO_RUN, window="trace", cache=False).ranks)
 
 
-def test_a_corrupt_entry_is_a_miss_and_is_recomputed(tmp_path):
+def _stored(folder: Path):
+    """(store, key, result): GLOO_RUN's rank 0 analysed and put in a store in ``folder``."""
     path = GLOO_RUN / "rank-0.pt.trace.json.gz"
-    store = cache.Store(tmp_path, RankResult)
+    store = cache.Store(folder, RankResult)
     key = engine.rank_key(path, Config(), 0)
     result = analyze_rank(path, Config(), 0)
     store.put(key, result)
+    return store, key, result
+
+
+def test_a_corrupt_entry_is_a_miss_and_is_recomputed(tmp_path):
+    path = GLOO_RUN / "rank-0.pt.trace.json.gz"
+    store, key, result = _stored(tmp_path)
     tables = list(store.entry(key).glob("*.arrow"))
     assert len(tables) == len(cachefile.split(result)[0])  # one file per table
     for table in tables:
@@ -123,10 +130,7 @@ def test_one_flipped_bit_in_any_file_is_a_miss(tmp_path, name):
     """A file whose bytes are not those written is refused before it is parsed: a bit flipped inside an Arrow file can
     crash pyarrow or read back as other numbers, and one inside the msgpack as other values, none of which a
     parser alone would notice."""
-    path = GLOO_RUN / "rank-0.pt.trace.json.gz"
-    store = cache.Store(tmp_path, RankResult)
-    key = engine.rank_key(path, Config(), 0)
-    store.put(key, analyze_rank(path, Config(), 0))
+    store, key, _ = _stored(tmp_path)
     target = store.entry(key) / name
     data = bytearray(target.read_bytes())
     for position in (len(data) // 3, len(data) - 1):  # inside the file, and its last byte
@@ -140,10 +144,7 @@ def test_one_flipped_bit_in_any_file_is_a_miss(tmp_path, name):
 
 def test_a_truncated_table_is_a_miss(tmp_path):
     """A table file cut short (a full disk, a copy stopped half-way) is a miss, not an error or a shorter table."""
-    path = GLOO_RUN / "rank-0.pt.trace.json.gz"
-    store = cache.Store(tmp_path, RankResult)
-    key = engine.rank_key(path, Config(), 0)
-    store.put(key, analyze_rank(path, Config(), 0))
+    store, key, _ = _stored(tmp_path)
     graph = store.entry(key) / "graph.arrow"
     graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
     assert store.get(key) is None

@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 from pyarrow import feather
 
-__all__ = ["write_entry", "read_entry", "split", "join", "TABLE_SUFFIX"]
+__all__ = ["write_entry", "read_entry", "split", "join", "table_spec", "TABLE_SUFFIX"]
 
 # Arrow IPC with zstd, not Parquet: a rank's entry writes 1.1x to 1.5x and reads 1.3x to 1.4x faster, in files 17% to
 # 24% smaller (benchmarks/cache_format.py on sample, shared and 54 MB ranks); Arrow keeps every category, in order.
@@ -49,12 +49,10 @@ def write_entry(final: Path, tables: dict[str, pd.DataFrame], rest: dict[str, An
     try:
         layout, digests = {}, {}
         for name, frame in tables.items():
-            loose = [c for c, dtype in frame.dtypes.items() if dtype == object]
+            layout[name] = spec = table_spec(frame)
             sink = pa.BufferOutputStream()
-            feather.write_feather(frame.drop(columns=loose), sink, compression="zstd")
+            feather.write_feather(frame.drop(columns=list(spec["loose"])), sink, compression="zstd")
             digests[f"{name}{TABLE_SUFFIX}"] = _write(tmp / f"{name}{TABLE_SUFFIX}", sink.getvalue().to_pybytes())
-            layout[name] = {"columns": [str(c) for c in frame.columns], "categories": _categories(frame),
-                            "loose": {str(c): frame[c].tolist() for c in loose}}
         digests["fields.msgpack"] = _write(tmp / "fields.msgpack", msgspec.msgpack.encode(rest, enc_hook=_enc_hook))
         index = msgspec.msgpack.encode({"layout": layout, "digests": digests}, enc_hook=_enc_hook)
         (tmp / "tables.msgpack").write_bytes(_digest(index) + index)  # itself checked by the digest before it
@@ -105,6 +103,14 @@ def _checked(path: Path, data: bytes, digest: bytes) -> bytes:
     if len(digest) != _DIGEST_BYTES or _digest(data) != digest:
         raise ValueError(f"{path}: damaged (its digest is not the one written with it)")
     return data
+
+
+def table_spec(frame: pd.DataFrame) -> dict:
+    """What ``_restored`` needs beside a table's Arrow file: its column order, its categories, and its object columns
+    ("loose": kept as msgpack lists, out of the file)."""
+    loose = [c for c, dtype in frame.dtypes.items() if dtype == object]
+    return {"columns": [str(c) for c in frame.columns], "categories": _categories(frame),
+            "loose": {str(c): frame[c].tolist() for c in loose}}
 
 
 def _categories(frame: pd.DataFrame) -> dict:
