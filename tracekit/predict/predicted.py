@@ -63,16 +63,15 @@ def annotate_findings(findings: tuple, graph: pd.DataFrame, window_steps: pd.Dat
 def predictions(summary, graphs: list[pd.DataFrame], shift: dict[int, int],
                 kernel_ops: pd.DataFrame | None = None, p2p_calls: pd.DataFrame | None = None) -> dict:
     """The Summary's fields the replay sets: its run graph, the critical path of each window step, findings quoting
-    the saving the replay predicts for their fix, and where optimisation pays (``optimize.optimization``). ``graphs``: each rank's
-    ``RankResult.graph``, in the order of its collectives in ``summary.collectives`` (the list is emptied once they
-    are joined into the run graph, so they can go before the replays); ``shift``: the clock
+    the saving the replay predicts for their fix, and where optimisation pays (``optimize.optimization``).
+    ``graphs``: each rank's ``RankResult.graph``, in the order of its collectives in ``summary.collectives``
+    (``run_graph`` empties the list as it joins them, so they can go before the replays); ``shift``: the clock
     correction per rank (ns); ``kernel_ops``: each kernel name's launching op per rank; ``p2p_calls``: every rank's
     ``RankResult.p2p``, in the same order (the send->recv edges of ``summary.p2p``)."""
     from tracekit.predict.critical_path import critical_paths
     from tracekit.run.rungraph import run_graph
 
     graph = run_graph(graphs, summary.collectives, shift, summary.run.origin_ns, p2p_calls, summary.p2p)
-    graphs.clear()  # joined: the ranks' node tables go (the caller's list holds the only references)
     window_steps = _window(summary.steps)
     if graph.empty:
         return {"graph": graph}
