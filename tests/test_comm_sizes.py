@@ -134,6 +134,32 @@ def test_c10d_base_ops_give_output_and_the_group_from_their_shapes(tmp_path):
     check(c.iloc[1], "reduce_scatter", 8000, 8, 7 / 8)
 
 
+
+def test_each_field_comes_from_the_first_source_that_knows_it(tmp_path):
+    # Three calls, each with every source disagreeing. Call 1: the kernel's own args (all_reduce of 1000 floats in
+    # a group of 4) beat the record_param_comms and the nccl:* annotation around its launch. Call 2: no args of its
+    # own; record_param_comms (all_gather, 100 -> 400 floats, group 4) beats the annotation. Call 3: the
+    # annotation's Input Dims (2000 halves) beat the c10d op's (500 doubles), and its name gives the op.
+    own = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "Group size": 4,
+           "dtype": "Float"}
+    rpc = {"Collective name": "allgather", "In msg nelems": 100, "Out msg nelems": 400, "Group size": 4,
+           "dtype": "Float"}
+    annotation = dims(([2000], "c10::Half"))
+    events = [cpu("record_param_comms", 100, 200, **rpc), cpu("nccl:all_reduce", 110, 180, cat="user_annotation",
+                                                               **annotation),
+              launch(120, 1), kernel("ncclDevKernel_Generic", KERNEL_START, KERNEL_DUR, stream=20, correlation=1, **own),
+              cpu("record_param_comms", 2000, 200, **rpc), cpu("nccl:all_reduce", 2010, 180, cat="user_annotation",
+                                                                **annotation),
+              launch(2020, 2), kernel("ncclDevKernel_Generic", 3000, KERNEL_DUR, stream=20, correlation=2),
+              cpu("c10d::allreduce_", 4000, 300, **dims(([500], "double"))),
+              cpu("nccl:all_reduce", 4010, 200, cat="user_annotation", **annotation), launch(4020, 3),
+              kernel("ncclDevKernel_Generic", 5000, KERNEL_DUR, stream=20, correlation=3)]
+    c = summarize(tmp_path, events, world_size=8).collectives
+    check(c.iloc[0], "all_reduce", 1000 * 4, 4, 2 * 3 / 4)
+    check(c.iloc[1], "all_gather", 400 * 4, 4, 3 / 4)
+    check(c.iloc[2], "all_reduce", 2000 * 2, 8, 2 * 7 / 8)
+    assert c["dtype"].tolist() == ["Float", "Float", "c10::Half"]
+
 # --- item 4: group size without pg_config -----------------------------------------------------------------------
 
 def test_world_size_is_the_group_of_calls_that_name_none(tmp_path):

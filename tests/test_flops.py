@@ -337,3 +337,25 @@ def test_concrete_inputs_are_read_the_same_from_many_threads():
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(literal, texts))
     assert got == [by_ast(s) for s in texts]
+
+
+@pytest.mark.parametrize("operators, peaks_known, expected", [
+    # step 1: 10 FLOPs in 2 us at peak; step 2: no op started in it; step 3: one op of unknown FLOPs.
+    (True, True, [(10.0, 2.0), (0.0, 0.0), (math.nan, math.nan)]),
+    (True, False, [(10.0, 2.0), (0.0, math.nan), (math.nan, math.nan)]),
+    (False, True, [(math.nan, math.nan)] * 3),  # annotations only: nothing can be counted
+])
+def test_every_step_has_its_flops_and_a_step_no_op_started_in_has_zero(operators, peaks_known, expected):
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.events.ops import _every_step
+
+    steps = pd.DataFrame({"step": [1, 2, 3], "start_ns": [0, 10, 20], "end_ns": [10, 20, 30]})
+    flop_steps = pd.DataFrame({"rank": [4, 4], "step": [3, 1], "matmul_flops": [np.nan, 10.0],
+                               "matmul_at_peak_us": [np.nan, 2.0]})
+    out = _every_step(flop_steps, steps, 4, operators, peaks_known)
+    assert out["rank"].tolist() == [4, 4, 4] and out["step"].tolist() == [1, 2, 3]
+    assert out["step"].dtype == np.int64 and out["matmul_flops"].dtype == float
+    got = list(zip(out["matmul_flops"], out["matmul_at_peak_us"]))
+    assert np.array_equal(np.array(got), np.array(expected), equal_nan=True)

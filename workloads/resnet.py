@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torchvision
 from torch import nn
 
 from workloads import training
@@ -92,6 +91,8 @@ def make_dataset(cfg: ResNetConfig, samples: int) -> torch.utils.data.Dataset:
     """`samples` synthetic images, or an ImageFolder, or CIFAR-10, at cfg.image_size."""
     if cfg.data is None and cfg.cifar10 is None:
         return SyntheticImages(samples, cfg.image_size, cfg.classes, cfg.seed)
+    import torchvision  # imported where used: the command line's checks and --help need none of it (1.6 s)
+
     t = torchvision.transforms
     normalize = t.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     crop = t.RandomResizedCrop(cfg.image_size, antialias=True)
@@ -105,6 +106,8 @@ def make_dataset(cfg: ResNetConfig, samples: int) -> torch.utils.data.Dataset:
 
 def build_model(cfg: ResNetConfig) -> nn.Module:
     """The torchvision ResNet, with as many classes as the data, in channels-last with --channels-last."""
+    import torchvision
+
     model = torchvision.models.get_model(cfg.model, num_classes=_classes(cfg))
     return model.to(memory_format=_memory_format(cfg))
 
@@ -131,6 +134,8 @@ def sgd(params, cfg: ResNetConfig) -> torch.optim.Optimizer:
 def _classes(cfg: ResNetConfig) -> int:
     """Classes of the data: real data brings its own (ImageFolder's sub-folders, CIFAR-10's ten)."""
     if cfg.data is not None:
+        import torchvision
+
         return len(torchvision.datasets.folder.find_classes(cfg.data)[0])
     return 10 if cfg.cifar10 is not None else cfg.classes
 

@@ -165,39 +165,44 @@ def _payload_bytes(op, in_n, out_n, group):
 def _metadata(events, comm_args, calls) -> pd.DataFrame:
     """Per call, each field from the first source that knows it: the call's own args, then the
     ``record_param_comms`` around its launch, then the ``nccl:*`` annotation around its launch, then the
-    collective host op around its launch (op and Input Dims only)."""
-    own = comm_args.set_index("row").reindex(calls.index)
+    collective host op around its launch (op and Input Dims only). Each field is an object array per source, with
+    the missing value its source holds (None or NaN), so the first known value is found without a Series per step."""
+    own = _args_of(comm_args, calls.index.to_numpy())
     outer = _enclosing(events, comm_args, calls, re.compile(r"^record_param_comms$"))
     annotation = _enclosing(events, comm_args, calls, COMM_ANNOTATION)
     launcher = _enclosing(events, comm_args, calls, COLLECTIVE_OP)
     sources = (own, outer, annotation)
-    not_wait = [src["collective"].where(src["collective"].astype(str).str.lower() != "wait") for src in sources]
+    not_wait = [_where(src["collective"], ~_named(src["collective"], lambda text: text.lower() == "wait"))
+                for src in sources]
     # The op: a collective named in args beats an annotation's name, then the host op's, then a bare kernel name.
-    collective = _first(*not_wait, annotation["name"], launcher["name"],
-                        pd.Series(calls["name"].astype(str).to_numpy(), index=calls.index))
-    merged = pd.DataFrame({"collective": collective})
+    merged = {"collective": _first(*not_wait, annotation["name"], launcher["name"],
+                                   calls["name"].astype(str).to_numpy(dtype=object))}
     for f in ("pg", "pg_desc", "peer", "seq", "in_nelems", "out_nelems", "dtype", "group_size"):
         merged[f] = _first(*(src[f] for src in sources))
     # gloo's send/recv annotation starts inside the c10d op that posted it, on its thread: the peer is that op's.
     posted = _posted_by(events, comm_args, calls)
-    merged["peer_local"] = _first(own["peer_local"], posted["peer_local"])
-    merged["posted_ns"] = posted["posted_ns"]
+    merged["peer_local"] = _first(own["peer_local"], posted["peer_local"].to_numpy(dtype=object))
     # Input Dims: the first tensor is the input everywhere but in c10d's ops, whose *_base_ forms take
     # (output, input) and whose others take tensor lists (sizes not recorded).
-    output_first = launcher["name"].astype(str).str.match(OUTPUT_FIRST_OP.pattern).to_numpy()
-    base = output_first & launcher["second_nelems"].notna().to_numpy()
-    first = [src["input_nelems"] for src in (own, annotation, outer)] + [launcher["input_nelems"].where(~output_first)]
+    output_first = _named(launcher["name"], lambda text: OUTPUT_FIRST_OP.match(text) is not None)
+    base = output_first & pd.notna(launcher["second_nelems"])
+    first = [src["input_nelems"] for src in (own, annotation, outer)] + [_where(launcher["input_nelems"], ~output_first)]
     types = [src["input_type"] for src in (own, annotation, outer, launcher)]
-    dims = _first(*first, launcher["second_nelems"].where(base))
-    dims_type = _first(*(t.where(n.notna()) for t, n in zip(types, first)), launcher["input_type"].where(base))
-    take = merged["in_nelems"].isna().to_numpy() & dims.notna().to_numpy()
-    merged.loc[take, "in_nelems"] = dims[take]
-    merged.loc[take & merged["dtype"].isna().to_numpy(), "dtype"] = dims_type[take & merged["dtype"].isna().to_numpy()]
-    take_out = merged["out_nelems"].isna().to_numpy() & base
-    merged.loc[take_out, "out_nelems"] = launcher["input_nelems"][take_out]
+    dims = _first(*first, _where(launcher["second_nelems"], base))
+    dims_type = _first(*(_where(t, pd.notna(n)) for t, n in zip(types, first)), _where(launcher["input_type"], base))
+    take = pd.isna(merged["in_nelems"]) & pd.notna(dims)
+    merged["in_nelems"][take] = dims[take]
+    typed = take & pd.isna(merged["dtype"])
+    merged["dtype"][typed] = dims_type[typed]
+    take_out = pd.isna(merged["out_nelems"]) & base
+    merged["out_nelems"][take_out] = launcher["input_nelems"][take_out]
     for f in ("peer", "peer_local", "seq", "in_nelems", "out_nelems", "group_size"):
         merged[f] = pd.to_numeric(merged[f]).astype(float)
-    return merged
+    merged["posted_ns"] = posted["posted_ns"].to_numpy()
+    columns = ("collective", "pg", "pg_desc", "peer", "seq", "in_nelems", "out_nelems", "dtype", "group_size",
+               "peer_local", "posted_ns")
+    return pd.DataFrame({c: pd.Series(merged[c], index=calls.index, dtype=merged[c].dtype) for c in columns},
+                        index=calls.index)
 
 
 # The ops that post a gloo P2P call; its async annotation (gloo:send/recv) begins as the op ends.
@@ -222,30 +227,59 @@ def _posted_by(events, comm_args, calls) -> pd.DataFrame:
     return result
 
 
-def _first(*series: pd.Series) -> pd.Series:
-    """Element-wise first non-missing value across aligned series."""
-    out = series[0].astype(object)
-    for s in series[1:]:
-        out = out.where(out.notna(), s.astype(object))
+def _first(*values: np.ndarray) -> np.ndarray:
+    """Element-wise first non-missing value across aligned object arrays (the last one's value where none is)."""
+    out = np.array(values[0], dtype=object)
+    for v in values[1:]:
+        missing = pd.isna(out)
+        out[missing] = v[missing]
     return out
 
 
-def _enclosing(events, comm_args, calls, pattern: re.Pattern) -> pd.DataFrame:
-    """Comm args of the host op whose name matches ``pattern`` that encloses each call's launch (NaN rows where none)."""
-    columns = ["collective", "pg", "pg_desc", "peer", "peer_local", "seq", "in_nelems", "out_nelems", "dtype", "group_size", "input_nelems", "input_type",
-               "second_nelems", "name"]
-    result = pd.DataFrame(index=calls.index, columns=columns, dtype=object)
+def _where(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values`` with NaN where ``keep`` is False (``Series.where``)."""
+    out = np.array(values, dtype=object)
+    out[~keep] = np.nan
+    return out
+
+
+def _named(values: np.ndarray, test) -> np.ndarray:
+    """Whether each value is text that passes ``test`` (missing values do not)."""
+    return np.fromiter((isinstance(v, str) and test(v) for v in values), dtype=bool, count=len(values))
+
+
+_ARG_FIELDS = ("collective", "pg", "pg_desc", "peer", "peer_local", "seq", "in_nelems", "out_nelems", "dtype",
+               "group_size", "input_nelems", "input_type", "second_nelems")
+
+
+def _args_of(comm_args: pd.DataFrame, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per events-table row of ``rows``, each comm-args field as an object array; NaN where the row has no args."""
+    at = pd.Index(comm_args["row"].to_numpy()).get_indexer(rows)
+    has = at >= 0
+    out = {}
+    for f in _ARG_FIELDS:
+        column = np.full(len(rows), np.nan, dtype=object)
+        column[has] = comm_args[f].to_numpy(dtype=object)[at[has]]
+        out[f] = column
+    return out
+
+
+def _enclosing(events, comm_args, calls, pattern: re.Pattern) -> dict[str, np.ndarray]:
+    """Comm args (and ``name``) of the host op whose name matches ``pattern`` that encloses each call's launch, as
+    object arrays aligned with ``calls`` (NaN where none)."""
+    result = {f: np.full(len(calls), np.nan, dtype=object) for f in (*_ARG_FIELDS, "name")}
     names = events["name"].cat.categories
     wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
     spans = events[events["name"].isin(wanted) & (events["dur_ns"] >= 0)]
-    launched = calls.index.to_numpy()[calls["launch_row"].to_numpy() >= 0]
+    launched = np.flatnonzero(calls["launch_row"].to_numpy() >= 0)  # positions in calls
     if len(spans) == 0 or len(launched) == 0:
         return result
-    span_row = enclosing_span(launch_points(events, events["launch_row"].to_numpy()[launched]), spans)
+    rows = events["launch_row"].to_numpy()[calls.index.to_numpy()[launched]]
+    span_row = enclosing_span(launch_points(events, rows), spans)
     found = span_row >= 0
-    args = comm_args.set_index("row").reindex(span_row[found])
-    args["name"] = events["name"].astype(str).to_numpy()[span_row[found]]
-    result.loc[launched[found], columns] = args[columns].to_numpy()
-    for f in ("peer", "peer_local", "seq", "in_nelems", "out_nelems", "group_size", "input_nelems", "second_nelems"):
-        result[f] = pd.to_numeric(result[f])
+    at, span_row = launched[found], span_row[found]
+    for f, values in _args_of(comm_args, span_row).items():
+        result[f][at] = values
+    codes = events["name"].cat.codes.to_numpy()[span_row]
+    result["name"][at] = names.to_numpy(dtype=object)[codes]
     return result

@@ -260,17 +260,14 @@ def _every_step(flop_steps: pd.DataFrame, steps: pd.DataFrame, rank: int, operat
     has a known 0 FLOPs (and 0 us at peak where the device's peaks are known, else unknown); with annotations only
     (``ProfilerStep#N``, ``record_function``) or with no operator of a usable duration left, nothing can be
     counted, so every step's FLOPs are unknown (NaN), not 0."""
-    every = pd.DataFrame({"rank": rank, "step": pd.unique(steps["step"]) if len(steps) else []})
-    key = {"rank": np.int64, "step": np.int64}
-    out = every.astype(key).merge(flop_steps.astype(key), on=["rank", "step"], how="left", indicator=True)
-    values = ["matmul_flops", "matmul_at_peak_us"]
-    if operators:
-        none = (out["_merge"] == "left_only").to_numpy()
-        out.loc[none, "matmul_flops"] = 0.0
-        out.loc[none, "matmul_at_peak_us"] = 0.0 if peaks_known else np.nan
-    else:
-        out[values] = np.nan
-    return out.drop(columns="_merge").astype({c: float for c in values})
+    every = np.asarray(pd.unique(steps["step"]) if len(steps) else [], dtype=np.int64)
+    mine = flop_steps["rank"].to_numpy(dtype=np.int64) == rank
+    at = pd.Index(flop_steps["step"].to_numpy(dtype=np.int64)[mine]).get_indexer(every)  # -1: no op started in it
+    out = pd.DataFrame({"rank": np.full(len(every), rank, dtype=np.int64), "step": every})
+    for column, none_started in (("matmul_flops", 0.0), ("matmul_at_peak_us", 0.0 if peaks_known else np.nan)):
+        known = np.append(flop_steps[column].to_numpy(dtype=float)[mine], np.nan)  # at -1: the NaN appended
+        out[column] = np.where(at >= 0, known[at], none_started) if operators else np.nan
+    return out
 
 
 def _step_of(start: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
