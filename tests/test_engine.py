@@ -220,61 +220,37 @@ def test_chunked_and_general_decoding_read_the_same(path, monkeypatch):
     _same_read(fast, reader.read_rank(path, default_rank=0))
 
 
-_ANALYZED: dict = {}
-
-
-def _analyzed(path):
-    """``analyze_rank(path)`` with the defaults, once per file for the module (its read does not depend on the
-    test's options)."""
-    if path not in _ANALYZED:
-        _ANALYZED[path] = rank.analyze_rank(path, Config(), default_rank=0)
-    return _ANALYZED[path]
-
-
-_REDUCED: dict = {}
-
-
-def _reduced_whole(path, whole):
-    """``reduce_rank`` of the file read with every host op, once per file for the module: the second read (whole or
-    chunked; each file is read both ways) must give the same tables, which is checked here, so its reduction is the
-    first's. The second use takes the entry out, so the module does not hold every file's tables."""
-    if path in _REDUCED:
-        first, result = _REDUCED.pop(path)
-        assert whole.meta == first.meta
-        for name in ("events", "comm_args", "ops", "memory"):
-            assert_frame_equal(getattr(whole, name), getattr(first, name), obj=name)
-        return result
-    result = rank.reduce_rank(whole.meta, whole.events, whole.comm_args, Config(), whole.ops, whole.memory)
-    _REDUCED[path] = (whole, result)
-    return result
-
-
-@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
 @pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.parent.name + "/" + p.name[:12])
-def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path, chunked):
-    """analyze_rank reads a GPU trace without the CPU ops its analysis never looks at; every result is the same."""
-    options = CHUNKED if chunked else ReadOptions()
-    whole = reader.read_tables(path, default_rank=0, options=options)
-    lean_tables = reader.read_tables(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
-    meta, events, comm_args = whole.meta, whole.events, whole.comm_args  # read_rank's three
-    lean = lean_tables.meta, lean_tables.events, lean_tables.comm_args
-    assert lean[0] == meta  # dropped events and the first usable start count every event
+def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path):
+    """analyze_rank reads a GPU trace without the CPU ops its analysis never looks at; every result is the same.
+    Each file is read whole and streamed in chunks; the reduction of every op read whole is the reference of both."""
+    first = reader.read_tables(path, default_rank=0)
+    full = rank.reduce_rank(first.meta, first.events, first.comm_args, Config(), first.ops, first.memory)
+    analyzed = rank.analyze_rank(path, Config(), default_rank=0)  # reads whole, leaving host ops out
+    for chunked in (False, True):
+        options = CHUNKED if chunked else ReadOptions()
+        whole = reader.read_tables(path, default_rank=0, options=options) if chunked else first
+        if chunked:  # the same tables as read whole, so the same reduction
+            assert whole.meta == first.meta
+            for name in ("events", "comm_args", "ops", "memory"):
+                assert_frame_equal(getattr(whole, name), getattr(first, name), obj=name)
+        lean_tables = reader.read_tables(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
+        meta, events, comm_args = whole.meta, whole.events, whole.comm_args  # read_rank's three
+        lean = lean_tables.meta, lean_tables.events, lean_tables.comm_args
+        assert lean[0] == meta  # dropped events and the first usable start count every event
 
-    cpu_op = (events["cat"] == "cpu_op").to_numpy()
-    unread = cpu_op & ~events["name"].astype(str).map(rank.reads_host_op).to_numpy()
-    unread[comm_args["row"].to_numpy()] = False
-    if not events["cat"].isin(DEVICE_CATEGORIES).any():
-        _same_read((meta, events, comm_args), lean)  # a CPU-only trace's ops are its device work: all kept
-    else:  # ops in chunks before the first device event's are kept; after it, every unread op is left out
-        assert 0 < len(events) - len(lean[1]) <= unread.sum()
+        cpu_op = (events["cat"] == "cpu_op").to_numpy()
+        unread = cpu_op & ~events["name"].astype(str).map(rank.reads_host_op).to_numpy()
+        unread[comm_args["row"].to_numpy()] = False
+        if not events["cat"].isin(DEVICE_CATEGORIES).any():
+            _same_read((meta, events, comm_args), lean)  # a CPU-only trace's ops are its device work: all kept
+        else:  # ops in chunks before the first device event's are kept; after it, every unread op is left out
+            assert 0 < len(events) - len(lean[1]) <= unread.sum()
 
-    # The ops table is read before the host-op filter: the same with it or without.
-    assert_frame_equal(whole.ops, lean_tables.ops)
-    full = _reduced_whole(path, whole)
-    results = [_analyzed(path)]  # reads whole, leaving host ops out
-    if chunked:
-        results.append(rank.reduce_rank(*lean, Config(), lean_tables.ops, lean_tables.memory))
-    for result in results:
+        # The ops table is read before the host-op filter: the same with it or without.
+        assert_frame_equal(whole.ops, lean_tables.ops)
+        # Whole: analyze_rank's own lean read; chunked: the lean tables streamed here.
+        result = rank.reduce_rank(*lean, Config(), lean_tables.ops, lean_tables.memory) if chunked else analyzed
         for f in dataclasses.fields(full):
             left, right = getattr(full, f.name), getattr(result, f.name)
             if isinstance(left, pd.DataFrame):

@@ -4,6 +4,8 @@ trace has millions of calls but a few thousand distinct ones."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -30,7 +32,8 @@ def op_costs(ops: pd.DataFrame, peaks: devices.DevicePeaks | None) -> tuple[dict
     first = np.flatnonzero(inverse > seen)
     del seen
     distinct = ops[key].iloc[first]
-    rows = [op_cost(str(n), _decoded(d), _decoded(t), _decoded(c)) for n, d, t, c in distinct.itertuples(index=False)]
+    rows = [_cost(str(n), *(v if isinstance(v, str) else None for v in (d, t, c)))
+            for n, d, t, c in distinct.itertuples(index=False)]
     columns = {"flops": [r.flops for r in rows], "bytes": [r.bytes for r in rows], "kind": [r.kind for r in rows],
                "dtype": [r.dtype for r in rows]}
     distinct = {c: pd.Series(v, dtype=np.float64 if c in ("flops", "bytes") else None).to_numpy()
@@ -38,6 +41,13 @@ def op_costs(ops: pd.DataFrame, peaks: devices.DevicePeaks | None) -> tuple[dict
     distinct["peak_flops"] = np.array([devices.peak_tflops(peaks, devices.dtype_key(d)) for d in distinct["dtype"]],
                                       dtype=np.float64) * 1e12  # per second, at the op's dtype
     return distinct, inverse.astype(np.int32 if len(ops) < 2**31 else np.int64)  # at most the ops: 4 bytes an op
+
+
+@functools.lru_cache(maxsize=8192)
+def _cost(name: str, dims: str | None, types: str | None, concrete: str | None):
+    """``op_cost`` of one distinct call from its recorded text (None: not recorded). Kept for the next rank: the ranks
+    of a run, and runs of one model, record mostly the same calls."""
+    return op_cost(name, _decoded(dims), _decoded(types), _decoded(concrete))
 
 
 def _decoded(text) -> list | None:
