@@ -32,6 +32,7 @@ from app.uploads import UploadLimits, UploadRefused, save_upload  # noqa: E402
 from tracekit.render import charts, charts_ops, charts_roofline  # noqa: E402
 from test_charts_ops import write_memory_run  # noqa: E402
 from frame_equal import assert_frame_equal, labels_as_objects
+from apphelp_apptest import apptest_setup_once  # noqa: F401 (autouse: AppTest's setup once per process)
 
 MAIN = str(REPO / "app" / "main.py")
 PAGES = ("overview", "ranks", "communication", "idle", "timeline", "compare", "ops", "memory")
@@ -588,10 +589,10 @@ def test_table_text_by_unit_and_bandwidth_digits():
         "0.000626", "0.0626", "26.66", "1,234.40", "0.00", "unknown"]  # tracekit.fmt.figure, as everywhere
 
 
-def test_the_overview_of_a_workload_run_lists_no_skipped_file(app, root):
+def test_the_overview_of_a_workload_run_lists_no_skipped_file(app, root, summaries):
     """The workload's run.json beside the traces is no skipped file (tracekit no longer lists it)."""
     for run in ["tiny", *[r for r in sample_run_names() if r == "resnet-gloo-2rank"]]:
-        assert (root / run / "run.json").is_file() and not tracekit.summarize(root / run).run.skipped
+        assert (root / run / "run.json").is_file() and not summaries(root / run).run.skipped
         at = app(run=f"runs/{run}")
         no_exception(at)
         assert not [e for e in at.expander if "skipped" in e.label], run

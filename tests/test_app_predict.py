@@ -137,6 +137,8 @@ def test_docstring_example_runs(monkeypatch):
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from apphelp_apptest import apptest_setup_once  # noqa: E402, F401 (autouse: AppTest's setup once per process)
+
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 MAIN = str(REPO / "app" / "main.py")
@@ -187,10 +189,10 @@ def check_allranks(at: AppTest, summary, step: int) -> None:
 
 
 @pytest.mark.parametrize("run", ["tiny", STRAGGLER])
-def test_the_allranks_page_draws_the_summary(root, monkeypatch, run):
+def test_the_allranks_page_draws_the_summary(root, monkeypatch, run, summaries):
     if run not in runs(root):
         pytest.skip(f"sample_traces/{run} is not in this checkout")
-    summary = tracekit.summarize(root / run, cache=False)
+    summary = summaries(root / run)  # tracekit.summarize's, shared by the two tests of the run
     at = open_page(root, monkeypatch, run, "allranks")
     assert at.title[0].value == "All ranks"
     first = charts_run.default_step(summary)
@@ -204,10 +206,10 @@ def test_the_allranks_page_draws_the_summary(root, monkeypatch, run):
 
 
 @pytest.mark.parametrize("run", ["tiny", STRAGGLER])
-def test_the_whatif_page_shows_the_replay(root, monkeypatch, run):
+def test_the_whatif_page_shows_the_replay(root, monkeypatch, run, summaries):
     if run not in runs(root):
         pytest.skip(f"sample_traces/{run} is not in this checkout")
-    summary = tracekit.summarize(root / run, cache=False)
+    summary = summaries(root / run)  # tracekit.summarize's, shared by the two tests of the run
     expected = charts_run.whatif_table(tracekit.whatif(summary))
     at = open_page(root, monkeypatch, run, "whatif")
     assert at.title[0].value == "What if"

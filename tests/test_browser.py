@@ -4,6 +4,7 @@ Streamlit exception; a screenshot of each page is saved under ``build/screenshot
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def start_app(root: Path, port: int) -> subprocess.Popen:
         except OSError:
             if proc.poll() is not None:
                 raise RuntimeError(f"streamlit exited: {proc.stdout.read()}")
-            time.sleep(0.3)
+            time.sleep(0.1)
     proc.kill()
     raise RuntimeError("streamlit did not answer its health check within 60 s")
 
@@ -73,6 +74,27 @@ def script_state(driver) -> str:
     return apps[0].get_attribute("data-test-script-state") if apps else "initial"
 
 
+# Each chart's box and how many elements it holds: the same on two looks in a row, its layout is done.
+LAYOUT = """
+return Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => {
+    const r = p.getBoundingClientRect(); return [r.left, r.top, r.width, r.height, p.querySelectorAll('*').length]; });
+"""
+POLL, SETTLE = 0.05, 0.3  # seconds between looks; the longest wait for a layout to stop changing
+
+
+def settled(look, done=lambda seen: True, longest: float = SETTLE):
+    """``look()`` once two looks ``POLL`` apart agree and ``done`` holds, or after ``longest`` seconds."""
+    deadline = time.monotonic() + longest
+    seen = look()
+    while time.monotonic() < deadline:
+        time.sleep(POLL)
+        again = look()
+        if again == seen and done(again):
+            break
+        seen = again
+    return seen
+
+
 def wait_for_page(driver, title: str, charts: int, timeout: float = 45) -> None:
     """Until the script has stopped, the page's title shows and at least ``charts`` plotly charts have drawn."""
     deadline = time.monotonic() + timeout
@@ -82,31 +104,68 @@ def wait_for_page(driver, title: str, charts: int, timeout: float = 45) -> None:
         titles = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "h1")]
         drawn = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")
         if script_state(driver) == "notRunning" and title in titles and len(drawn) >= charts:
-            time.sleep(0.3)  # let the last chart finish its layout before the screenshot
+            settled(lambda: driver.execute_script(LAYOUT))  # the last chart's layout done before the screenshot
             return
         time.sleep(0.1)
     raise AssertionError(f"page {title!r} did not show {charts} chart(s) within {timeout} s")
 
 
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
+# The viewer's server and the browser, one of each per test process: test_browser_bounds imports these fixtures,
+# and its tests open pages on the same server in the same browser.
+_shared: dict = {}
+
+
+@contextlib.contextmanager
+def _once(name: str, start):
+    """``start()``'s value (a context manager's), started by the first fixture that asks and ended with it."""
+    if name in _shared:
+        yield _shared[name]
+        return
+    with start() as value:
+        _shared[name] = value
+        try:
+            yield value
+        finally:
+            del _shared[name]
+
+
+@contextlib.contextmanager
+def _viewer(tmp_path_factory):
     root = make_root(tmp_path_factory.mktemp("runs") / "runs")
     write_memory_run(root / MEMORY_RUN)
     port = free_port()
     proc = start_app(root, port)
-    yield f"http://127.0.0.1:{port}", root.name
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield f"http://127.0.0.1:{port}", root.name
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
+@contextlib.contextmanager
+def _browser(tmp_path_factory):
     browser = chromium(tmp_path_factory.mktemp("chromium-profile"))
-    yield browser
-    browser.quit()
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture(scope="session")
+def app_url(tmp_path_factory):
+    """The viewer (``streamlit run``) on the runs of ``make_root`` and the memory run: its URL and root label."""
+    with _once("app_url", lambda: _viewer(tmp_path_factory)) as value:
+        yield value
+
+
+@pytest.fixture(scope="session")
+def driver(tmp_path_factory):
+    """Headless Chromium; each test opens its page by URL."""
+    with _once("driver", lambda: _browser(tmp_path_factory)) as browser:
+        yield browser
 
 
 def run_under_test(root_label: str) -> str:
@@ -183,8 +242,8 @@ def plots(driver) -> list[dict]:
     for plot in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"):
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
         ActionChains(driver).move_to_element(plot).perform()
-        time.sleep(0.3)
-        found.append(driver.execute_script(RECTS, plot))
+        found.append(settled(lambda plot=plot: driver.execute_script(RECTS, plot),
+                             lambda seen: seen["title"] is not None and seen["modebar"] is not None))
     return found
 
 

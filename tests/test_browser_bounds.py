@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-import tracekit
-from test_browser import app_url, chromium, driver, open_page, pytestmark  # noqa: F401 (fixtures; the skip without Chromium)
+from test_browser import app_url, driver, pytestmark  # noqa: F401 (fixtures; the skip without Chromium)
+from test_browser import POLL, open_page, settled
 from viewer_runs import SAMPLES
 from tracekit.render import report
 
@@ -60,26 +60,26 @@ def test_the_timeline_slider_shows_one_step_once_and_gpu_host_threads(app_url, d
 
 
 @pytest.mark.skipif(not (SAMPLES / "resnet-gloo-2rank").is_dir(), reason="needs sample_traces/resnet-gloo-2rank")
-def test_the_html_reports_roofline_ticks_do_not_touch(tmp_path):
+def test_the_html_reports_roofline_ticks_do_not_touch(tmp_path, driver, summaries):  # noqa: F811
     """resnet-gloo-2rank's roofline spans two decades of intensity: plotly's own ticks label every digit, and
     0.07, 0.08, 0.09 and 0.1 touch on the report's full-width chart."""
     page = tmp_path / "report.html"
-    report.write_report(tracekit.summarize(SAMPLES / "resnet-gloo-2rank"), page)
-    browser = chromium(tmp_path / "profile")
-    try:
-        browser.get(page.as_uri())
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .xtick"):
-            time.sleep(0.2)
-        time.sleep(1)
-        plots = [p for p in browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-                 if "Roofline" in p.find_element(By.CSS_SELECTOR, ".gtitle").text]
-        assert len(plots) == 1
-        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", plots[0])
-        rooflines = [t for t in boxes(browser, ".xaxislayer-above .xtick text", ".main-svg", plots[0]) if t["text"]]
-        assert len(rooflines) >= 3, rooflines
-        assert all(inside(t) for t in rooflines), rooflines
-        lefts = sorted((t["box"][0], t["box"][2], t["text"]) for t in rooflines)
-        assert all(b[0] - a[1] >= GAP_PX for a, b in zip(lefts, lefts[1:])), lefts
-    finally:
-        browser.quit()
+    report.write_report(summaries(SAMPLES / "resnet-gloo-2rank"), page)
+    driver.get(page.as_uri())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .xtick"):
+        time.sleep(POLL)
+    # Every chart drawn with its title, and the layout done: the same ticks, at the same places, on looks in a row.
+    settled(lambda: (len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")),
+                     len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .gtitle")),
+                     boxes(driver, ".js-plotly-plot .xtick text, .js-plotly-plot .ytick text", ".main-svg")),
+            lambda seen: seen[0] == seen[1], longest=1)
+    plots = [p for p in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+             if "Roofline" in p.find_element(By.CSS_SELECTOR, ".gtitle").text]
+    assert len(plots) == 1
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", plots[0])
+    rooflines = [t for t in boxes(driver, ".xaxislayer-above .xtick text", ".main-svg", plots[0]) if t["text"]]
+    assert len(rooflines) >= 3, rooflines
+    assert all(inside(t) for t in rooflines), rooflines
+    lefts = sorted((t["box"][0], t["box"][2], t["text"]) for t in rooflines)
+    assert all(b[0] - a[1] >= GAP_PX for a, b in zip(lefts, lefts[1:])), lefts
