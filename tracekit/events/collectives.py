@@ -166,7 +166,8 @@ def _metadata(events, comm_args, calls) -> pd.DataFrame:
     """Per call, each field from the first source that knows it: the call's own args, then the
     ``record_param_comms`` around its launch, then the ``nccl:*`` annotation around its launch, then the
     collective host op around its launch (op and Input Dims only). Each field is an object array per source, with
-    the missing value its source holds (None or NaN), so the first known value is found without a Series per step."""
+    the missing value its source holds (None or NaN): the first known value is picked with no pandas Series made
+    per field and source."""
     own = _args_of(comm_args, calls.index.to_numpy())
     outer = _enclosing(events, comm_args, calls, re.compile(r"^record_param_comms$"))
     annotation = _enclosing(events, comm_args, calls, COMM_ANNOTATION)
