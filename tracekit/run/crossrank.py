@@ -149,11 +149,16 @@ def _position(call: pd.Series) -> str:
 
 def _size_mismatches(frame: pd.DataFrame) -> list[dict]:
     """Without Seq, sizes are part of the match; so compare each step's sizes per op across ranks here."""
+    if frame.empty:
+        return []
+    keys = ["pg_key", "op", "step"]
+    # Per (pg, op, step, rank): its calls' agreed sizes, sorted; a group whose ranks' differ is reported.
+    sizes = frame.groupby([*keys, "rank"], sort=True, observed=True)["agreed"].agg(lambda v: tuple(sorted(v)))
+    differ = sizes.groupby(level=[0, 1, 2], sort=False).nunique()
     rows = []
-    for (pg, op, step), calls in frame.groupby(["pg_key", "op", "step"], sort=True, observed=True):
+    for pg, op, step in differ.index[differ.to_numpy() > 1]:
+        calls = frame[((frame["pg_key"] == pg) & (frame["op"] == op) & (frame["step"] == step)).to_numpy()]
         sizes = {r: tuple(c.sort_values("start_ns")["bytes"].fillna(-1)) for r, c in calls.groupby("rank")}
-        if calls.groupby("rank")["agreed"].agg(lambda v: tuple(sorted(v))).nunique() <= 1:
-            continue
         detail = "; ".join(f"rank {r}: " + ", ".join("?" if b < 0 else f"{b:.0f}" for b in v) + " B"
                            for r, v in sorted(sizes.items()))
         rows.append({"kind": "size", "pg": pg, "op": str(op), "position": f"step {step}" if step >= 0 else "outside steps",
@@ -163,14 +168,22 @@ def _size_mismatches(frame: pd.DataFrame) -> list[dict]:
 
 def _order_mismatches(frame: pd.DataFrame) -> list[dict]:
     """Per process group and step: the first position where ranks issue different ops."""
+    if frame.empty:
+        return []
+    # Each rank's ops per (pg, step), in start order (ties in table order): one pass over the calls, not one sort per
+    # rank and step.
+    ordered = pd.DataFrame({"pg_key": frame["pg_key"].to_numpy(), "step": frame["step"].to_numpy(),
+                            "rank": frame["rank"].to_numpy(), "op": frame["op"].astype(str).to_numpy(dtype=object),
+                            "start_ns": frame["start_ns"].to_numpy()}).sort_values("start_ns", kind="stable")
+    sequences = ordered.groupby(["pg_key", "step", "rank"], sort=True)["op"].agg(tuple)
+    differ = sequences.groupby(level=[0, 1], sort=False).nunique()
     rows = []
-    for (pg, step), calls in frame.groupby(["pg_key", "step"], sort=True):
-        sequences = {r: tuple(c.sort_values("start_ns")["op"].astype(str)) for r, c in calls.groupby("rank")}
-        if len(set(sequences.values())) <= 1:
-            continue
-        ref_rank = min(sequences)
-        for rank, ops in sorted(sequences.items()):
-            ref = sequences[ref_rank]
+    for pg, step in differ.index[differ.to_numpy() > 1]:
+        per_rank = sequences.loc[(pg, step)]
+        sequences_of = dict(zip(per_rank.index, per_rank.to_numpy()))
+        ref_rank = min(sequences_of)
+        for rank, ops in sorted(sequences_of.items()):
+            ref = sequences_of[ref_rank]
             at = next((i for i, (a, b) in enumerate(zip(ops, ref)) if a != b), None)
             if at is not None:
                 rows.append({"kind": "order", "pg": pg, "op": f"{ops[at]} vs {ref[at]}",
