@@ -137,6 +137,43 @@ def test_progress_is_reported_once_per_rank(tmp_path):
     assert seen[-1] == (5, 5)
 
 
+def test_the_engine_says_when_this_process_only_waits_on_its_workers():
+    import multiprocessing
+
+    from tracekit.rank.engine import map_ranks
+
+    files = sorted(GLOO_RUN.glob("rank-*"))[:3]
+    workers_then = []  # the pool's live workers at each call
+    map_ranks(files, Config(), None, EngineOptions(workers=2),
+              waiting=lambda: workers_then.append(len(multiprocessing.active_children())))
+    assert workers_then == [2]  # once, with every worker started
+    workers_then.clear()
+    map_ranks(files, Config(), None, EngineOptions(workers=1), waiting=lambda: workers_then.append(-1))
+    assert workers_then == []  # the ranks ran in this process: it never only waited
+
+
+def test_the_replay_loads_while_the_workers_analyse_the_ranks(monkeypatch):
+    """summarize starts loading the compiled replay before its engine has every rank back, not after."""
+    import tracekit.api as api
+
+    returned, loaded_then = [], []
+    real_map = api.map_ranks
+
+    def map_ranks(*args, **kwargs):
+        out = real_map(*args, **kwargs)
+        returned.append(True)
+        return out
+
+    monkeypatch.setattr(api, "map_ranks", map_ranks)
+    monkeypatch.setattr(api.replay, "warm_up", lambda: loaded_then.append(bool(returned)))
+    tracekit.summarize(GLOO_RUN, workers=2, cache=False)
+    assert loaded_then == [False]  # once, while the ranks were still being analysed
+    loaded_then.clear()
+    returned.clear()
+    tracekit.summarize(GLOO_RUN, workers=1, cache=False)
+    assert loaded_then == [True]  # serial: beside the run's own stages, once
+
+
 _FORKSERVER_SCRIPT = """
 import multiprocessing.forkserver as fs, sys, threading
 import tracekit

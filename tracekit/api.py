@@ -86,14 +86,18 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
     workload = read_run_json(trace_dir)
     if hasattr(progress, "reading"):
         progress.reading(len(files), _size_on_disk(files))
-    results, skipped, warming = [], [], None
+    results, skipped, warming = [], [], []
+
+    def warm_up() -> None:
+        """Load the replay's compiled pass (``replay.warm_up``) in a thread, once. The engine calls this while its
+        workers analyse the ranks, when this process only waits (and after its pool forked them)."""
+        if not warming and len(files) > 1:
+            warming.append(threading.Thread(target=replay.warm_up, daemon=True, name="tracekit-replay-warm-up"))
+            warming[0].start()
+
     laps = stageclock.Laps()
-    for file, outcome in zip(files, map_ranks(files, config, default_rank, options)):
-        if warming is None and len(files) > 1:
-            # The replay's compiled pass loads while the other ranks are read. Started once the first rank is back,
-            # so that the worker pool was forked from a single-threaded process (engine._context).
-            warming = threading.Thread(target=replay.warm_up, daemon=True, name="tracekit-replay-warm-up")
-            warming.start()
+    for file, outcome in zip(files, map_ranks(files, config, default_rank, options, waiting=warm_up)):
+        warm_up()  # where the ranks ran in this process (or on a cluster): now, beside the run's own stages
         if isinstance(outcome, TraceReadError):
             # Strict: any file but the workload's run.json is an error; the engine raised the unreadable ones.
             if one_file or (strict and not (workload is not None and Path(file).name == "run.json")):

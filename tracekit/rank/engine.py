@@ -144,13 +144,18 @@ def _rank_task(path: str | Path, config: Config, default_rank: int | None, store
 
 
 def map_ranks(files: Sequence[str | Path], config: Config, default_rank: int | None,
-              options: EngineOptions = EngineOptions()) -> list[RankResult | NotATraceError]:
+              options: EngineOptions = EngineOptions(),
+              waiting: Callable[[], None] | None = None) -> list[RankResult | NotATraceError]:
     """``analyze_rank`` over ``files``, in file order: a RankResult per trace, the NotATraceError of a non-trace
     (with ``options.skip_unreadable``: the TraceReadError of any file that cannot be read).
 
     With a cache folder, a rank whose key is in the store is read from it and not analysed; the others are
     analysed and put. Each result's file path is the one given here, whoever filled its entry. Any other read
     error (a truncated file, invalid JSON) is raised as soon as it is seen; the rest is cancelled.
+
+    ``waiting()`` is called once, in this thread, when the ranks are being analysed by a local pool whose workers
+    have all started: this process then only waits, so the caller may start work of its own (a thread) without
+    slowing the ranks or being forked into a worker. It is not called where the ranks run in this process.
     """
     files = list(files)
     store = None if options.cache_dir is None else cache.Store(Path(options.cache_dir), RankResult,
@@ -164,7 +169,7 @@ def map_ranks(files: Sequence[str | Path], config: Config, default_rank: int | N
     if todo:
         run = _run_dask if options.kind == "dask" else _run_local
         run([files[i] for i in todo], config, default_rank, options, todo, outcomes, tick, store,
-            [keys[i] for i in todo])
+            [keys[i] for i in todo], *([waiting] if run is _run_local else []))
     if store is not None:
         store.trim()
     return [_outcome(o, file, options.skip_unreadable) for o, file in zip(outcomes, files)]
@@ -197,7 +202,7 @@ class _Ticker:
             self.progress(self.done, self.total)
 
 
-def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys) -> None:
+def _run_local(files, config, default_rank, options, slots, outcomes, tick, store, keys, waiting=None) -> None:
     cores = options.workers or default_workers()
     workers = min(cores, len(files))
     # A daemonic process may start no pool at all; an unforked pool is started by default only for a large run.
@@ -213,6 +218,8 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
     with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
         pending = {pool.submit(_rank_task, file, config, default_rank, store, key, decode): slot
                    for file, slot, key in zip(files, slots, keys)}
+        if waiting is not None:  # every worker has started: one per task submitted up to max_workers (all at once under fork)
+            waiting()
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
