@@ -231,11 +231,16 @@ def json_mb(folder: Path) -> float:
     return total / 1e6
 
 
-def ranks8(work: Path, repeat: int, mb: float, with_hta: bool) -> dict:
+def _folder(work: Path, name: str, source: Path) -> Path:
+    """Where a generated set is kept: named for the source trace too, unless it is the default one."""
+    return work / (name if source.resolve() == SOURCE.resolve() else f"{name}-{source.name}")
+
+
+def ranks8(work: Path, repeat: int, mb: float, with_hta: bool, source: Path = SOURCE) -> dict:
     """The issue's table for 8 ranks: each tool and each floor as whole processes (start-up and imports included),
     their ratios against the targets, and the largest process's memory."""
-    folder = work / f"ranks8-{mb:g}mb"
-    write_rank_set(SOURCE, folder, 8, mb)
+    folder = _folder(work, f"ranks8-{mb:g}mb", source)
+    write_rank_set(source, folder, 8, mb)
     print(f"\n== 8 ranks: {folder} ({json_mb(folder):.0f} MB of JSON in all), {repeat} alternating runs, medians")
     runs: dict[str, list[dict]] = {"tracekit": [], "HTA": [], "floor": [], "lean floor": []}
     codes = {"tracekit": (TRACEKIT, {"dir": str(folder), "kwargs": {"cache": False}}),
@@ -271,9 +276,9 @@ def ranks8(work: Path, repeat: int, mb: float, with_hta: bool) -> dict:
     return {"wall_s": inner["tracekit"], "peak_mb": median(mem["tracekit"], "peak_mb")}
 
 
-def cache_speedup(work: Path, repeat: int, mb: float) -> None:
-    folder = work / f"ranks8-{mb:g}mb"
-    write_rank_set(SOURCE, folder, 8, mb)
+def cache_speedup(work: Path, repeat: int, mb: float, source: Path = SOURCE) -> None:
+    folder = _folder(work, f"ranks8-{mb:g}mb", source)
+    write_rank_set(source, folder, 8, mb)
     print(f"\n== cache: {folder} summarized twice with an empty cache folder, {repeat} times, medians")
     cold, warm = [], []
     for _ in range(repeat):
@@ -285,9 +290,9 @@ def cache_speedup(work: Path, repeat: int, mb: float) -> None:
           f"   speed-up {t_cold / t_warm:5.1f}x")
 
 
-def ranks64(work: Path, mb: float, base: dict | None) -> None:
-    folder = work / f"ranks64-{mb:g}mb"
-    write_rank_set(SOURCE, folder, 64, mb)
+def ranks64(work: Path, mb: float, base: dict | None, source: Path = SOURCE) -> None:
+    folder = _folder(work, f"ranks64-{mb:g}mb", source)
+    write_rank_set(source, folder, 64, mb)
     print(f"\n== 64 ranks: {folder} ({64 * mb:.0f} MB of JSON), one run, memory sampled")
     run = measure(TRACEKIT, {"dir": str(folder), "kwargs": {"cache": False}}, memory=True)
     print(f"  tracekit summarize      : {run['wall_s']:7.2f} s wall   peak {run['peak_mb']:6.0f} MB")
@@ -296,7 +301,7 @@ def ranks64(work: Path, mb: float, base: dict | None) -> None:
               f"({run['peak_mb'] - base['peak_mb']:+.0f} MB), {run['wall_s'] / base['wall_s']:.1f}x the time")
 
 
-def large(work: Path, sizes: list[float], repeat: int = 1, single: bool = False) -> None:
+def large(work: Path, sizes: list[float], repeat: int = 1, single: bool = False, source: Path = SOURCE) -> None:
     """One plain-JSON trace per size (one rank: one process, with chunk-decoding helpers and the operator tables
     beside it on spare cores): its peak memory (summed PSS; the largest process) against the JSON size and against
     the first size's peak, and its time against the decode floor of the same file. ``repeat`` alternating runs of
@@ -304,8 +309,8 @@ def large(work: Path, sizes: list[float], repeat: int = 1, single: bool = False)
     tracekit in one process (``workers=1``: no helpers, nothing beside), the least memory it takes."""
     first = None
     for mb in sizes:
-        folder = work / f"large-{mb:g}mb"
-        path = write_large(SOURCE, folder, mb)
+        folder = _folder(work, f"large-{mb:g}mb", source)
+        path = write_large(source, folder, mb)
         size = path.stat().st_size / 1e6
         print(f"\n== one large trace: {path} ({size:.0f} MB of JSON), {repeat} alternating run(s), medians, memory "
               f"sampled")
@@ -358,19 +363,22 @@ def main() -> None:
     parser.add_argument("--large-single", action="store_true",
                         help="also time each large trace with tracekit in one process (workers=1)")
     parser.add_argument("--no-hta", action="store_true")
+    parser.add_argument("--source", type=Path, default=SOURCE,
+                        help="the real trace (a file, or a folder whose first trace is used) the sets are made from; "
+                             "the default has no collectives, nccl_a100_2rank beside it has NCCL all-reduces")
     args = parser.parse_args()
     print(f"machine: {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 1e9:.0f} GB; "
-          f"load average {psutil.getloadavg()[0]:.1f}; source trace {SOURCE}")
+          f"load average {psutil.getloadavg()[0]:.1f}; source trace {args.source}")
     print("each run a fresh interpreter with Python's default bytecode cache (PYTHONDONTWRITEBYTECODE unset)")
     base = None
     if "ranks8" in args.only:
-        base = ranks8(args.work, args.repeat, args.mb, not args.no_hta)
+        base = ranks8(args.work, args.repeat, args.mb, not args.no_hta, args.source)
     if "cache" in args.only:
-        cache_speedup(args.work, args.repeat, args.mb)
+        cache_speedup(args.work, args.repeat, args.mb, args.source)
     if "ranks64" in args.only:
-        ranks64(args.work, args.mb, base)
+        ranks64(args.work, args.mb, base, args.source)
     if "large" in args.only:
-        large(args.work, args.large_mb, args.large_repeat, args.large_single)
+        large(args.work, args.large_mb, args.large_repeat, args.large_single, args.source)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,11 @@ INSTANTIATE = re.compile(r"^(?:cuda|hip|cu)GraphInstantiate\w*$")
 def runtime_calls(events: pd.DataFrame, pattern: re.Pattern) -> np.ndarray:
     """Per row: a runtime (or driver) call whose name matches ``pattern``."""
     names = events["name"].cat.categories
-    wanted = names[np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))]
-    return (events["cat"].isin(RUNTIME_CATEGORIES) & events["name"].isin(wanted)).to_numpy()
+    wanted = np.fromiter((pattern.search(n) is not None for n in names), dtype=bool, count=len(names))
+    if not wanted.any():  # most traces: no such call at all, so no pass over every event
+        return np.zeros(len(events), dtype=bool)
+    codes = events["name"].cat.codes.to_numpy()
+    return events["cat"].isin(RUNTIME_CATEGORIES).to_numpy() & wanted[codes] & (codes >= 0)
 
 
 def graph_kernels(events: pd.DataFrame, launch_row: np.ndarray, before_trace) -> np.ndarray:
