@@ -1,3 +1,3 @@
-from tracekit.cli.main import main
+from tracekit.cli.main import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

@@ -8,6 +8,7 @@ line in ``build_parser``.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -35,6 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_summarize, _add_compare, _add_report, _add_cache, add_whatif, _add_export, add_view):
         add(commands)
     return parser
+
+
+def entry() -> int:
+    """The ``tracekit`` command and ``python -m tracekit``: ``main`` in a process of its own. Everything the imports
+    made lives as long as the process, so it is moved out of the cyclic collector's reach (``gc.freeze``): a full
+    collection then walks only what the analysis makes, not the modules' several hundred thousand objects (about 10%
+    of an 8-rank run's wall time). A program that calls ``main`` keeps its collector as it is."""
+    gc.freeze()
+    return main()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ paths (a shared folder, or an fsspec URL such as ``s3://bucket/run``).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -215,7 +216,9 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
             _raise_if_fatal(outcomes[slot], options.skip_unreadable)
             tick()
         return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+    # A worker is tracekit's own process: what it holds when it starts (the imports) is put out of the cyclic
+    # collector's reach, so its collections walk only what each rank's analysis makes (``cli.main.entry``).
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=gc.freeze) as pool:
         pending = {pool.submit(_rank_task, file, config, default_rank, store, key, decode): slot
                    for file, slot, key in zip(files, slots, keys)}
         if waiting is not None:  # every worker has started: one per task submitted up to max_workers (all at once under fork)
