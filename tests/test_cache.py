@@ -15,7 +15,7 @@ import pytest
 
 import tracekit
 from tracekit.rank import cache, cachefile
-from tracekit.rank import engine
+from tracekit.rank import engine, keys
 from tracekit.events.config import Config
 from tracekit.rank.analyze import RankResult, analyze_rank
 from frame_equal import assert_frame_equal
@@ -43,7 +43,7 @@ def _assert_same_result(a, b) -> None:
 def test_rank_result_round_trips_exactly(path, tmp_path):
     config = Config(window="all_steps")
     result = analyze_rank(path, config, 0)
-    key = engine.rank_key(path, config, 0)
+    key = keys.rank_key(path, config, 0)
     store = cache.Store(tmp_path, RankResult)
     assert store.get(key) is None
     store.put(key, result)
@@ -87,17 +87,17 @@ def test_a_changed_file_misses_the_cache(tmp_path):
 def test_same_size_touched_file_misses_the_cache(tmp_path):
     path = tmp_path / "rank-0.pt.trace.json.gz"
     shutil.copy(FILES[0], path)
-    key = engine.rank_key(path, Config(), None)
+    key = keys.rank_key(path, Config(), None)
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert engine.rank_key(path, Config(), None) != key
+    assert keys.rank_key(path, Config(), None) != key
 
 
 def test_options_are_part_of_the_key(tmp_path):
     path = FILES[0]
-    keys = {engine.rank_key(path, Config(window=w), None) for w in ("drop_last", "all_steps", "trace")}
-    keys.add(engine.rank_key(path, Config(), 0))
-    assert len(keys) == 4
+    found = {keys.rank_key(path, Config(window=w), None) for w in ("drop_last", "all_steps", "trace")}
+    found.add(keys.rank_key(path, Config(), 0))
+    assert len(found) == 4
     windowed = tracekit.summarize(GLOO_RUN, window="trace", cache_dir=tmp_path)
     assert windowed.run.window == "trace"
     assert_frame_equal(windowed.ranks, tracekit.summarize(GLOO_RUN, window="trace", cache=False).ranks)
@@ -107,7 +107,7 @@ def _stored(folder: Path):
     """(store, key, result): GLOO_RUN's rank 0 analysed and put in a store in ``folder``."""
     path = GLOO_RUN / "rank-0.pt.trace.json.gz"
     store = cache.Store(folder, RankResult)
-    key = engine.rank_key(path, Config(), 0)
+    key = keys.rank_key(path, Config(), 0)
     result = analyze_rank(path, Config(), 0)
     store.put(key, result)
     return store, key, result
@@ -256,7 +256,7 @@ def test_clear_and_trim_touch_only_what_the_cache_wrote(tmp_path):
 def test_a_read_only_cache_still_answers(tmp_path, monkeypatch):
     store = cache.Store(tmp_path / "cache", RankResult)
     path = GLOO_RUN / "rank-0.pt.trace.json.gz"
-    key = engine.rank_key(path, Config(), 0)
+    key = keys.rank_key(path, Config(), 0)
     store.put(key, analyze_rank(path, Config(), 0))
 
     def read_only(*args, **kwargs):

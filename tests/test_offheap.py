@@ -22,7 +22,7 @@ import pytest
 
 import tracekit
 from tracekit.events.config import Config
-from tracekit.rank import cache, engine
+from tracekit.rank import cache, keys
 from tracekit.read.files import find_trace_files
 from tracekit.summary import arrowframe, offheap
 from tracekit.summary.model import EVENT_TABLES, Summary
@@ -83,7 +83,7 @@ def test_the_tables_are_arrow_files_in_the_cache_keyed_on_the_run(tmp_path, in_m
     shutil.copytree(MEMORY_RUN, run)
     before = sorted(p.name for p in run.iterdir())
     s = tracekit.summarize(run, workers=1, cache_dir=tmp_path / "cache")
-    key = engine.run_key(find_trace_files(run), Config(), None, Summary)
+    key = keys.run_key(find_trace_files(run), Config(), None, Summary)
     entry = tmp_path / "cache" / "tables" / key
     assert offheap.folder_of(s) == entry
     assert sorted(p.name for p in entry.iterdir()) == sorted(f"{name}.arrow" for name in EVENT_TABLES)

@@ -231,7 +231,7 @@ def _pools_started(monkeypatch, paths, workers, can_fork, bytes_from) -> list[in
     started = []
 
     class Pool(_InProcess):
-        def __init__(self, max_workers, mp_context=None):
+        def __init__(self, max_workers, mp_context=None, initializer=None):
             started.append(max_workers)
 
     monkeypatch.setattr(engine, "UNFORKED_POOL_FROM_BYTES", bytes_from)
@@ -247,8 +247,8 @@ def _pools_started(monkeypatch, paths, workers, can_fork, bytes_from) -> list[in
 class _InProcess:
     """A ProcessPoolExecutor stand-in that runs each task at once, here (so the test can see its arguments)."""
 
-    def __init__(self, max_workers, mp_context=None):
-        pass
+    def __init__(self, max_workers, mp_context=None, initializer=None):
+        pass  # no worker to initialise: the tasks run here
 
     def __enter__(self):
         return self

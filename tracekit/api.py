@@ -24,7 +24,8 @@ from tracekit.predict import predicted, scenarios as predict
 from tracekit.render.compare import Comparison
 from tracekit.render.compare import compare as compare_summaries
 from tracekit.events.config import Config
-from tracekit.rank.engine import EngineOptions, map_ranks, run_key
+from tracekit.rank.engine import EngineOptions, map_ranks
+from tracekit.rank.keys import run_key
 from tracekit.errors import NoTracesError, TraceReadError
 from tracekit.summary.facts import RunFacts, SkippedFile, TraceFile, WorkloadRun
 from tracekit.rank.analyze import RankResult
@@ -88,9 +89,7 @@ def summarize(trace_dir: str | Path, *, window: str = "drop_last", step_pattern:
         progress.reading(len(files), _size_on_disk(files))
     results, skipped, warming = [], [], []
 
-    def warm_up() -> None:
-        """Load the replay's compiled pass (``replay.warm_up``) in a thread, once. The engine calls this while its
-        workers analyse the ranks, when this process only waits (and after its pool forked them)."""
+    def warm_up() -> None:  # the replay's compiled pass, loaded in a thread once: while the workers read the ranks
         if not warming and len(files) > 1:
             warming.append(threading.Thread(target=replay.warm_up, daemon=True, name="tracekit-replay-warm-up"))
             warming[0].start()

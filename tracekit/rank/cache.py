@@ -12,7 +12,7 @@ folder is under its cap (``DEFAULT_MAX_BYTES`` unless told).
 
 A run's Summary keeps its event tables here too (``tracekit.summary.offheap``): one folder per run,
 ``tables/<key>``, of Arrow IPC files (``<table>.arrow``), keyed like an entry on what decides the run's result
-(``tracekit.rank.engine.run_key``). ``info`` counts them, and ``trim`` and ``clear`` remove them, as entries.
+(``tracekit.rank.keys.run_key``). ``info`` counts them, and ``trim`` and ``clear`` remove them, as entries.
 
 The store lives in its own folder (``resolve_dir``: ``--cache-dir``, else ``$TRACEKIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``), never in the trace folder. It is an optimisation: an entry

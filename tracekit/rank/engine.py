@@ -31,8 +31,9 @@ from tracekit.pystrings import python_strings
 from tracekit.read.files import GZIP_MAGIC, is_url
 from tracekit.read.parallel import context as fork_context
 from tracekit.rank.analyze import RankResult, analyze_rank
+from tracekit.rank.keys import rank_key
 
-__all__ = ["EngineOptions", "map_ranks", "rank_key", "run_key", "file_identity", "default_workers", "ENGINES"]
+__all__ = ["EngineOptions", "map_ranks", "default_workers", "ENGINES"]
 
 ENGINES = ("local", "dask")
 Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
@@ -103,33 +104,6 @@ class _Failed:
         return self.kind(self.path, self.problem, self.rank)
 
 
-def file_identity(path: str | Path) -> tuple:
-    """What says a trace file is unchanged: (resolved path, size, mtime ns), or (URL, the file system's key)."""
-    if is_url(path):
-        import fsspec
-
-        fs, inner = fsspec.core.url_to_fs(str(path))
-        return (str(path), fs.ukey(inner))
-    resolved = Path(path).resolve()
-    stat = resolved.stat()
-    return (str(resolved), stat.st_size, stat.st_mtime_ns)
-
-
-def rank_key(path: str | Path, config: Config, default_rank: int | None) -> str:
-    """The store key of a file's ``RankResult`` under ``config``: a changed file, option or result type misses."""
-    return cache.key("rank", file_identity(path), config, default_rank, cache.shape(RankResult))
-
-
-def run_key(files: Sequence[str | Path], config: Config, default_rank: int | None, result_type: type) -> str | None:
-    """The store key of a run's own tables (``cache.tables_entry``): every file's identity in order, the options and
-    the result's shape, so a changed, added or removed file misses. None where a file cannot be identified here."""
-    try:
-        identities = [file_identity(f) for f in files]
-    except OSError:
-        return None
-    return cache.key("run-tables", identities, config, default_rank, cache.shape(result_type))
-
-
 @python_strings()  # in a worker process too
 def _rank_task(path: str | Path, config: Config, default_rank: int | None, store: cache.Store | None = None,
                store_key: str | None = None, decode_workers: int = 1):
@@ -154,9 +128,8 @@ def map_ranks(files: Sequence[str | Path], config: Config, default_rank: int | N
     analysed and put. Each result's file path is the one given here, whoever filled its entry. Any other read
     error (a truncated file, invalid JSON) is raised as soon as it is seen; the rest is cancelled.
 
-    ``waiting()`` is called once, in this thread, when the ranks are being analysed by a local pool whose workers
-    have all started: this process then only waits, so the caller may start work of its own (a thread) without
-    slowing the ranks or being forked into a worker. It is not called where the ranks run in this process.
+    ``waiting()`` is called once, in this thread, when a local pool's workers have all started and this process only
+    waits on them: the caller may then start work of its own (a thread). Not called where the ranks run here.
     """
     files = list(files)
     store = None if options.cache_dir is None else cache.Store(Path(options.cache_dir), RankResult,
@@ -216,8 +189,7 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
             _raise_if_fatal(outcomes[slot], options.skip_unreadable)
             tick()
         return
-    # A worker is tracekit's own process: what it holds when it starts (the imports) is put out of the cyclic
-    # collector's reach, so its collections walk only what each rank's analysis makes (``cli.main.entry``).
+    # A worker is tracekit's own process: what it starts with is put out of the collector's reach (``cli.main.entry``).
     with ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=gc.freeze) as pool:
         pending = {pool.submit(_rank_task, file, config, default_rank, store, key, decode): slot
                    for file, slot, key in zip(files, slots, keys)}

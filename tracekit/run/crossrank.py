@@ -170,11 +170,9 @@ def _order_mismatches(frame: pd.DataFrame) -> list[dict]:
     """Per process group and step: the first position where ranks issue different ops."""
     if frame.empty:
         return []
-    # Each rank's ops per (pg, step), in start order (ties in table order): one pass over the calls, not one sort per
-    # rank and step.
-    ordered = pd.DataFrame({"pg_key": frame["pg_key"].to_numpy(), "step": frame["step"].to_numpy(),
-                            "rank": frame["rank"].to_numpy(), "op": frame["op"].astype(str).to_numpy(dtype=object),
-                            "start_ns": frame["start_ns"].to_numpy()}).sort_values("start_ns", kind="stable")
+    # Each rank's ops per (pg, step) in start order, ties in table order: one pass, not a sort per rank and step.
+    ordered = frame[["pg_key", "step", "rank", "start_ns"]].assign(
+        op=frame["op"].astype(str).to_numpy(dtype=object)).sort_values("start_ns", kind="stable")
     sequences = ordered.groupby(["pg_key", "step", "rank"], sort=True)["op"].agg(tuple)
     differ = sequences.groupby(level=[0, 1], sort=False).nunique()
     rows = []
