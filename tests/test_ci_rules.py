@@ -239,14 +239,22 @@ def test_free_port_keeps_to_its_range_and_skips_a_taken_port(monkeypatch):
 
     from workloads.ports import free_port
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        port = taken.getsockname()[1]
-        taken.listen()
-        monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{port}")
-        with pytest.raises(OSError, match="no free port"):
-            free_port()
-        # The range's only other port is the one it must return (when the OS has it free, as it almost always has).
-        other = port + 1
-        monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{other}")
-        assert free_port() == other
+    returned = []
+    for _ in range(5):  # another process (a neighbour test's server) may hold the port beside ours: a fresh pair
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            port = taken.getsockname()[1]
+            taken.listen()
+            monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{port}")
+            with pytest.raises(OSError, match="no free port"):
+                free_port()
+            # The range's only other port is the one it must return, when the OS has it free.
+            other = port + 1
+            monkeypatch.setenv("TRACEKIT_PORT_RANGE", f"{port}-{other}")
+            try:
+                returned.append((free_port(), other))
+            except OSError:  # ``other`` is taken too, by someone else: try another pair
+                continue
+        assert returned[-1][0] == returned[-1][1]  # never the taken port
+        break
+    assert returned, "no pair of adjacent ports was free in 5 tries"
