@@ -193,9 +193,9 @@ def _run_local(files, config, default_rank, options, slots, outcomes, tick, stor
     with ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=gc.freeze) as pool:
         pending = {pool.submit(_rank_task, file, config, default_rank, store, key, decode): slot
                    for file, slot, key in zip(files, slots, keys)}
-        if waiting is not None:  # every worker has started: one per task submitted up to max_workers (all at once under fork)
-            waiting()
         try:
+            if waiting is not None:  # every worker has started (one per task up to max_workers; all at once under fork)
+                waiting()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:

@@ -158,7 +158,8 @@ def _size_mismatches(frame: pd.DataFrame) -> list[dict]:
     rows = []
     for pg, op, step in differ.index[differ.to_numpy() > 1]:
         calls = frame[((frame["pg_key"] == pg) & (frame["op"] == op) & (frame["step"] == step)).to_numpy()]
-        sizes = {r: tuple(c.sort_values("start_ns")["bytes"].fillna(-1)) for r, c in calls.groupby("rank")}
+        sizes = {r: tuple(c.sort_values("start_ns", kind="stable")["bytes"].fillna(-1))
+                 for r, c in calls.groupby("rank")}
         detail = "; ".join(f"rank {r}: " + ", ".join("?" if b < 0 else f"{b:.0f}" for b in v) + " B"
                            for r, v in sorted(sizes.items()))
         rows.append({"kind": "size", "pg": pg, "op": str(op), "position": f"step {step}" if step >= 0 else "outside steps",
