@@ -228,7 +228,7 @@ def trains(events: pd.DataFrame, ops: pd.DataFrame | None) -> bool | None:
 
 def _assigned(frame: pd.DataFrame, columns: dict) -> pd.DataFrame:
     """``frame.assign(**columns)``, made in one step: pandas inserts assigned columns one at a time, and with a
-    string column index each insert copies the whole index (about 70 ms a rank for the breakdown's facts)."""
+    string column index each insert copies the whole index (2.6 against 0.5 ms for the breakdown's 21 facts)."""
     return pd.DataFrame({**{c: frame[c] for c in frame.columns}, **columns}, index=frame.index)
 
 
