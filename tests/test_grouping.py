@@ -41,6 +41,18 @@ def test_groups_by_hand_sorted_with_missing_keys_dropped():
     assert np.isnan(strict[0]) and strict[1] == 4.0  # one unknown makes a's sum unknown
 
 
+
+def test_sums_are_compensated_as_pandas_adds():
+    # 1e16's neighbours are 2 apart: added one at a time, each 1.0 rounds away (1e16); pandas' compensated sum keeps
+    # them (1e16 + 4). The other group (2 + 3) has no rounding to recover.
+    values = np.array([1e16, 1.0, 2.0, 1.0, 1.0, 3.0, 1.0])
+    g = Groups(pd.DataFrame({"k": np.array([0, 0, 1, 0, 0, 1, 0], dtype=np.int64)}), sort=True, dropna=True)
+    assert g.sum(values).tolist() == [1e16 + 4, 5.0]
+    assert g.strict_sum(values).tolist() == [1e16 + 4, 5.0]
+    assert sum(values[[0, 1, 3, 4, 6]].tolist()) == 1e16  # what a plain running sum gives
+    calls = g.sum(np.array([3, 4, 5, 6, 7, 8, 9], dtype=np.int64))
+    assert calls.dtype == np.int64 and calls.tolist() == [29, 13]  # integers stay integers
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["mm", "add", None]), st.sampled_from(["[[2]]", "[[3]]", None]),
                           st.one_of(st.floats(-1e18, 1e18), st.just(float("nan"))), st.booleans(),

@@ -2,8 +2,9 @@
 before the next, so a table of millions of rows never holds all its per-row columns at once.
 
 ``Groups(keys, sort, dropna)`` numbers the groups as ``keys.groupby(list(keys), observed=True, sort=sort,
-dropna=dropna)`` would, and each reduction runs pandas' own grouped kernel over the rows in table order, so the
-results are those of the DataFrame groupby, to the last bit (pandas sums with compensated summation, row by row).
+dropna=dropna)`` would, and each reduction goes over the rows in table order as pandas' grouped kernels do (a
+compiled pass, ``_group_kernel``, or pandas itself), so the results are those of the DataFrame groupby, to the last
+bit (pandas sums with compensated summation, row by row).
 
     groups = Groups(ops[["name"]], sort=False, dropna=False)
     table = groups.keys.assign(host_us=groups.sum(host_ns / 1e3, min_count=1))
@@ -11,32 +12,48 @@ results are those of the DataFrame groupby, to the last bit (pandas sums with co
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
+
+from tracekit.events import _group_kernel as kernel
 
 
 class Groups:
     """The groups of ``keys``' rows: ``keys`` (one row per group, in group order) and the reductions below, each
-    taking one array with a value per row of the table (dropped rows included) and giving one per group."""
+    taking one array with a value per row of the table (dropped rows included) and giving one per group.
+
+    Float and int64 sums, ``any`` and ``all`` of flags and ``at_most_one_value`` run as one compiled pass over the
+    rows (``_group_kernel``); ``first`` and another dtype go to pandas' grouped kernels. Either way the
+    result is the DataFrame groupby's (``tests/test_grouping.py`` holds each to it on random tables)."""
 
     def __init__(self, keys: pd.DataFrame, sort: bool, dropna: bool) -> None:
         number = group_numbers(keys, sort, dropna)
         if number is None:
             number = keys.groupby(list(keys.columns), observed=True, sort=sort, dropna=dropna).ngroup()
             number = number.fillna(-1).to_numpy()
-        # -1: a row with a missing key, dropped (dropna). 4 bytes a row: several Groups of millions of ops coexist.
-        gid = number.astype(np.int32 if len(keys) < 2**31 else np.int64)
-        self.kept = None if (gid >= 0).all() else gid >= 0
-        self.gid = gid if self.kept is None else gid[self.kept]
+        # Per row: its group, -1 for a row with a missing key, dropped (dropna). 4 bytes a row: several Groups of
+        # millions of ops coexist.
+        self.rows = number.astype(np.int32 if len(keys) < 2**31 else np.int64)
+        self.kept = None if (self.rows >= 0).all() else self.rows >= 0
         _, first = np.unique(self.gid, return_index=True)
         rows = np.arange(len(keys)) if self.kept is None else np.flatnonzero(self.kept)
         self.keys = keys.iloc[rows[first]].reset_index(drop=True)
-        # The group numbers as the codes of a categorical of every group: pandas groups by its codes as they are,
-        # where an integer key is hashed again by every reduction. (All groups occur, so observed=False adds none.)
-        self._key = pd.Categorical.from_codes(self.gid, categories=pd.RangeIndex(len(self.keys)))
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    @property
+    def gid(self) -> np.ndarray:
+        """The group of each kept row."""
+        return self.rows if self.kept is None else self.rows[self.kept]
+
+    @functools.cached_property
+    def _key(self) -> pd.Categorical:
+        # The group numbers as the codes of a categorical of every group: pandas groups by its codes as they are,
+        # where an integer key is hashed again by every reduction. (All groups occur, so observed=False adds none.)
+        return pd.Categorical.from_codes(self.gid, categories=pd.RangeIndex(len(self.keys)))
 
     def _by(self, values) -> pd.core.groupby.SeriesGroupBy:
         values = np.asarray(values) if self.kept is None else np.asarray(values)[self.kept]
@@ -44,28 +61,40 @@ class Groups:
 
     def sum(self, values, min_count: int = 0) -> np.ndarray:
         """Per group: the sum (NaN skipped; NaN where fewer than ``min_count`` values are known)."""
+        values = np.asarray(values)
+        if values.dtype == np.float64:
+            return kernel.group_sum(self.rows, values, len(self), min_count)
+        if values.dtype == np.int64 and min_count <= 1:  # every group has a row, and an integer is never missing
+            return kernel.group_int_sum(self.rows, values, len(self))
         return self._by(values).sum(min_count=min_count).to_numpy()
 
     def strict_sum(self, values) -> np.ndarray:
         """Per group: the sum, NaN where any value is NaN (one unknown makes the sum unknown)."""
         values = np.asarray(values)
-        return np.where(self._by(np.isnan(values)).any().to_numpy(), np.nan, self.sum(values))
+        return np.where(self.any(np.isnan(values)), np.nan, self.sum(values))
+
+    def any(self, values) -> np.ndarray:
+        values = np.asarray(values)
+        if values.dtype == np.bool_:
+            return kernel.group_any(self.rows, values, len(self))
+        return self._by(values).any().to_numpy()
 
     def all(self, values) -> np.ndarray:
+        values = np.asarray(values)
+        if values.dtype == np.bool_:
+            return ~kernel.group_any(self.rows, ~values, len(self))
         return self._by(values).all().to_numpy()
 
     def first(self, values, skipna: bool = True) -> np.ndarray:
+        # pandas' own: which missing value (None or NaN) a group without a known one gets depends on what the others
+        # hold, by pandas' inference of the result.
         return self._by(values).first(skipna=skipna).to_numpy()
 
     def at_most_one_value(self, values) -> np.ndarray:
-        """Per group: whether its values, missing ones not counted, are all one (``nunique <= 1``). Each value's code
-        (NaN: missing) is compared at the group's least and greatest: no sort of every row, as nunique makes."""
+        """Per group: whether its values, missing ones not counted, are all one (``nunique <= 1``): each value's
+        code compared at the group's least and greatest, with no sort of every row, as nunique makes."""
         codes = pd.factorize(np.asarray(values))[0]  # -1: missing
-        coded = codes.astype(np.float64)
-        coded[codes < 0] = np.nan
-        del codes
-        grouped = self._by(coded)  # grouped once, reduced twice
-        return ~(grouped.max().to_numpy() > grouped.min().to_numpy())
+        return ~kernel.group_code_spread(self.rows, codes.astype(np.int64, copy=False), len(self))
 
 
 def group_numbers(keys: pd.DataFrame, sort: bool, dropna: bool) -> np.ndarray | None:
