@@ -279,13 +279,17 @@ def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path):
         cpu_op = (events["cat"] == "cpu_op").to_numpy()
         unread = cpu_op & ~events["name"].astype(str).map(rank.reads_host_op).to_numpy()
         unread[comm_args["row"].to_numpy()] = False
-        if not events["cat"].isin(DEVICE_CATEGORIES).any():
+        cpu_only = not events["cat"].isin(DEVICE_CATEGORIES).any()
+        if cpu_only:
             _same_read((meta, events, comm_args), lean)  # a CPU-only trace's ops are its device work: all kept
         else:  # ops in chunks before the first device event's are kept; after it, every unread op is left out
             assert 0 < len(events) - len(lean[1]) <= unread.sum()
 
         # The ops table is read before the host-op filter: the same with it or without.
         assert_frame_equal(whole.ops, lean_tables.ops)
+        if chunked and cpu_only:  # every table streamed is the one read whole: its reduction is ``full``
+            assert_frame_equal(whole.memory, lean_tables.memory, obj="memory")
+            continue
         # Whole: analyze_rank's own lean read; chunked: the lean tables streamed here.
         result = rank.reduce_rank(*lean, Config(), lean_tables.ops, lean_tables.memory) if chunked else analyzed
         for f in dataclasses.fields(full):
