@@ -359,3 +359,15 @@ def test_the_linear_pass_equals_the_fixed_point_iteration_it_replaced():
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-9)
 
     check()
+
+
+def test_seen_device_work_follows_each_lanes_latest_wait_by_hand():
+    """``no_host_gaps``'s lane pass: per node, the device node of the latest wait its lane made so far (a tie goes
+    to the later node; -inf: no wait). Lanes 0 and 1 interleave, as two lanes of one rank may in a graph.
+    lane 0: t 5 (->10), -inf, 3 (->11: earlier than 5, not kept), 5 (->12: a tie, kept); lane 1: -inf, 7 (->13)."""
+    from tracekit.predict._lane_kernel import latest_setter
+
+    lane = np.array([0, 1, 0, 0, 1, 0], dtype=np.int64)
+    t = np.array([5.0, -np.inf, -np.inf, 3.0, 7.0, 5.0])
+    target = np.array([10, -1, -1, 11, 13, 12], dtype=np.int64)
+    assert latest_setter(lane, t, target, 2).tolist() == [10, -1, 10, 10, 13, 12]

@@ -127,7 +127,9 @@ def _anchors(first, ps, pe, pinned, start) -> np.ndarray:
 def cut(measured: np.ndarray, changed: np.ndarray) -> np.ndarray:
     """A scenario's times where it removes work: the positive part of each measured time shrunk to ``changed``
     (clipped to [0, measured]), a negative (overlap) kept as measured, never grown."""
-    return np.where(measured > 0, np.clip(changed, 0.0, np.maximum(measured, 0.0)), measured)
+    out = np.clip(changed, 0.0, np.maximum(measured, 0.0))  # a new array, whatever ``changed`` is
+    np.copyto(out, measured, where=~(measured > 0))  # in place: no third array of every node
+    return out
 
 
 def _prev(values: np.ndarray, first: np.ndarray) -> np.ndarray:

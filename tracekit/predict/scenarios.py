@@ -177,7 +177,8 @@ def replayed(graph: pd.DataFrame, model: replay.Model, name: str, compute_scale:
     """(start, end) of every node of ``graph`` replayed under scenario ``name`` (``cat``: ``_cats(graph)``;
     ``stage_scale``: ``balanced_stages``'s factor per node)."""
     # A delay is host time (``delay - busy``) plus, on CPU-only ranks, enclosing ops' own time (``busy``).
-    host, busy, tail, ps, pe = model.delay - model.busy, model.busy.copy(), model.tail.copy(), model.ps, model.pe
+    # The model's own arrays, never changed in place: each scenario makes new ones (``replay.cut`` too).
+    host, busy, tail, ps, pe = model.delay - model.busy, model.busy, model.tail, model.ps, model.pe
     cat = _cats(graph) if cat is None else cat
     rank = graph["rank"].to_numpy()
     comm = cat == "comm"
@@ -240,10 +241,10 @@ def _seen_device_work(graph: pd.DataFrame, model: replay.Model, device_node: np.
         hit = ~device_node & (edge >= 0) & device_node[np.maximum(edge, 0)]
         end = np.where(hit, model.end[np.maximum(edge, 0)], -np.inf)
         target, t = np.where(end > t, edge, target), np.maximum(t, end)
-    frame = pd.DataFrame({"lane": model.lane, "t": t, "target": np.where(target >= 0, target, np.nan)})
-    latest = frame.groupby("lane")["t"].cummax()
-    kept = frame["target"].where((frame["t"] >= latest) & np.isfinite(frame["t"]))
-    return kept.groupby(frame["lane"]).ffill().fillna(-1).to_numpy(dtype=np.int64)
+    from tracekit.predict._lane_kernel import latest_setter  # numba: imported on first use
+
+    lane, lanes = pd.factorize(model.lane)  # each lane's running latest, and the node that set it
+    return latest_setter(lane, t, target, len(lanes))
 
 
 def straggler_factors(graph: pd.DataFrame, model: replay.Model,
