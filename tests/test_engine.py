@@ -270,7 +270,7 @@ def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path):
         if chunked:  # the same tables as read whole, so the same reduction
             assert whole.meta == first.meta
             for name in ("events", "comm_args", "ops", "memory"):
-                assert_frame_equal(getattr(whole, name), getattr(first, name), obj=name)
+                assert_frame_equal(getattr(whole, name), getattr(first, name), obj=name, check_exact=True)
         lean_tables = reader.read_tables(path, default_rank=0, host_ops=rank.reads_host_op, options=options)
         meta, events, comm_args = whole.meta, whole.events, whole.comm_args  # read_rank's three
         lean = lean_tables.meta, lean_tables.events, lean_tables.comm_args
@@ -280,15 +280,17 @@ def test_host_ops_left_out_of_a_gpu_rank_change_no_result(path):
         unread = cpu_op & ~events["name"].astype(str).map(rank.reads_host_op).to_numpy()
         unread[comm_args["row"].to_numpy()] = False
         cpu_only = not events["cat"].isin(DEVICE_CATEGORIES).any()
-        if cpu_only:
-            _same_read((meta, events, comm_args), lean)  # a CPU-only trace's ops are its device work: all kept
+        if cpu_only:  # a CPU-only trace's ops are its device work: all kept, every value exactly
+            assert lean[0] == meta
+            assert_frame_equal(events, lean[1], check_exact=True)
+            assert_frame_equal(comm_args, lean[2], check_exact=True)
         else:  # ops in chunks before the first device event's are kept; after it, every unread op is left out
             assert 0 < len(events) - len(lean[1]) <= unread.sum()
 
         # The ops table is read before the host-op filter: the same with it or without.
-        assert_frame_equal(whole.ops, lean_tables.ops)
-        if chunked and cpu_only:  # every table streamed is the one read whole: its reduction is ``full``
-            assert_frame_equal(whole.memory, lean_tables.memory, obj="memory")
+        assert_frame_equal(whole.ops, lean_tables.ops, check_exact=True)
+        if chunked and cpu_only:  # every table streamed is, exactly, the one read whole: its reduction is ``full``
+            assert_frame_equal(whole.memory, lean_tables.memory, obj="memory", check_exact=True)
             continue
         # Whole: analyze_rank's own lean read; chunked: the lean tables streamed here.
         result = rank.reduce_rank(*lean, Config(), lean_tables.ops, lean_tables.memory) if chunked else analyzed

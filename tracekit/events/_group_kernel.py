@@ -1,6 +1,6 @@
 """The compiled per-group reductions of ``tracekit.events.grouping`` (numba, cached on disk): one pass over the rows
-in table order each, a row of group -1 skipped. ``group_sum`` adds as pandas' grouped sum does (compensated,
-row by row), so its results are pandas' to the last bit."""
+in table order each, a row of group -1 skipped. ``group_sum`` adds as pandas' grouped kernel does (compensated, row
+by row), so its results are pandas' to the last bit where pandas runs that kernel (``Groups.sum`` says where)."""
 
 import numpy as np
 from numba import njit
@@ -21,7 +21,7 @@ def group_sum(gid, values, n, min_count):  # pragma: no cover (compiled)
         y = v - compensation[g]
         t = total[g] + y
         compensation[g] = t - total[g] - y
-        if compensation[g] != compensation[g]:  # an infinite value: its sum stays infinite, not NaN
+        if not np.isfinite(compensation[g]):  # an infinite value or total: the sum stays infinite, not NaN
             compensation[g] = 0.0
         total[g] = t
     for g in range(n):

@@ -2,9 +2,9 @@
 before the next, so a table of millions of rows never holds all its per-row columns at once.
 
 ``Groups(keys, sort, dropna)`` numbers the groups as ``keys.groupby(list(keys), observed=True, sort=sort,
-dropna=dropna)`` would, and each reduction goes over the rows in table order as pandas' grouped kernels do (a
-compiled pass, ``_group_kernel``, or pandas itself), so the results are those of the DataFrame groupby, to the last
-bit (pandas sums with compensated summation, row by row).
+dropna=dropna)`` would, and each reduction adds the kept rows (a missing key's are dropped first) as pandas' grouped
+reductions of them do, to the last bit: groups in sorted runs with no NaN with numpy's ``add.reduceat``, the others
+with compensated summation row by row (a compiled pass, ``_group_kernel``), anything else through pandas itself.
 
     groups = Groups(ops[["name"]], sort=False, dropna=False)
     table = groups.keys.assign(host_us=groups.sum(host_ns / 1e3, min_count=1))
@@ -59,28 +59,43 @@ class Groups:
         values = np.asarray(values) if self.kept is None else np.asarray(values)[self.kept]
         return pd.Series(values).groupby(self._key, observed=False, sort=True)
 
+    @functools.cached_property
+    def _sorted(self) -> bool:
+        """Whether the kept rows' groups never go down (pandas then sums floats with numpy, not its own kernel)."""
+        return bool((self.gid[1:] >= self.gid[:-1]).all())
+
     def sum(self, values, min_count: int = 0) -> np.ndarray:
         """Per group: the sum (NaN skipped; NaN where fewer than ``min_count`` values are known)."""
-        values = np.asarray(values)
+        values = self._per_row(values)
         if values.dtype == np.float64:
+            kept = values if self.kept is None else values[self.kept]
+            if self._sorted and len(kept) and not np.isnan(kept).any():  # what pandas does: numpy's sum per run
+                total = np.add.reduceat(kept, np.flatnonzero(np.r_[True, self.gid[1:] != self.gid[:-1]]))
+                return np.where(np.bincount(self.gid, minlength=len(self)) < min_count, np.nan, total)
             return kernel.group_sum(self.rows, values, len(self), min_count)
         if values.dtype == np.int64 and min_count <= 1:  # every group has a row, and an integer is never missing
             return kernel.group_int_sum(self.rows, values, len(self))
         return self._by(values).sum(min_count=min_count).to_numpy()
 
+    def _per_row(self, values) -> np.ndarray:
+        values = np.asarray(values)
+        if len(values) != len(self.rows):
+            raise ValueError(f"{len(values)} values for a table of {len(self.rows)} rows")
+        return values
+
     def strict_sum(self, values) -> np.ndarray:
         """Per group: the sum, NaN where any value is NaN (one unknown makes the sum unknown)."""
-        values = np.asarray(values)
+        values = self._per_row(values)
         return np.where(self.any(np.isnan(values)), np.nan, self.sum(values))
 
     def any(self, values) -> np.ndarray:
-        values = np.asarray(values)
+        values = self._per_row(values)
         if values.dtype == np.bool_:
             return kernel.group_any(self.rows, values, len(self))
         return self._by(values).any().to_numpy()
 
     def all(self, values) -> np.ndarray:
-        values = np.asarray(values)
+        values = self._per_row(values)
         if values.dtype == np.bool_:
             return ~kernel.group_any(self.rows, ~values, len(self))
         return self._by(values).all().to_numpy()
@@ -93,7 +108,7 @@ class Groups:
     def at_most_one_value(self, values) -> np.ndarray:
         """Per group: whether its values, missing ones not counted, are all one (``nunique <= 1``): each value's
         code compared at the group's least and greatest, with no sort of every row, as nunique makes."""
-        codes = pd.factorize(np.asarray(values))[0]  # -1: missing
+        codes = pd.factorize(self._per_row(values))[0]  # -1: missing
         return ~kernel.group_code_spread(self.rows, codes.astype(np.int64, copy=False), len(self))
 
 
