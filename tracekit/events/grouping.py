@@ -26,7 +26,7 @@ class Groups:
 
     Float and int64 sums, ``any`` and ``all`` of flags and ``at_most_one_value`` run as one compiled pass over the
     rows (``_group_kernel``); ``first`` and another dtype go to pandas' grouped kernels. Either way the
-    result is the DataFrame groupby's (``tests/test_grouping.py`` holds each to it on random tables)."""
+    result is pandas' groupby of the kept rows (``tests/test_grouping.py`` holds each to it on random tables)."""
 
     def __init__(self, keys: pd.DataFrame, sort: bool, dropna: bool) -> None:
         number = group_numbers(keys, sort, dropna)
@@ -44,7 +44,7 @@ class Groups:
     def __len__(self) -> int:
         return len(self.keys)
 
-    @property
+    @functools.cached_property
     def gid(self) -> np.ndarray:
         """The group of each kept row."""
         return self.rows if self.kept is None else self.rows[self.kept]
@@ -60,18 +60,22 @@ class Groups:
         return pd.Series(values).groupby(self._key, observed=False, sort=True)
 
     @functools.cached_property
-    def _sorted(self) -> bool:
-        """Whether the kept rows' groups never go down (pandas then sums floats with numpy, not its own kernel)."""
-        return bool((self.gid[1:] >= self.gid[:-1]).all())
+    def _runs(self) -> np.ndarray | None:
+        """Where each group's run of kept rows begins, when the groups never go down (pandas then sums floats with
+        numpy, not its own kernel); None otherwise."""
+        gid = self.gid
+        if not len(gid) or not (gid[1:] >= gid[:-1]).all():
+            return None
+        return np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
 
     def sum(self, values, min_count: int = 0) -> np.ndarray:
         """Per group: the sum (NaN skipped; NaN where fewer than ``min_count`` values are known)."""
         values = self._per_row(values)
         if values.dtype == np.float64:
             kept = values if self.kept is None else values[self.kept]
-            if self._sorted and len(kept) and not np.isnan(kept).any():  # what pandas does: numpy's sum per run
-                total = np.add.reduceat(kept, np.flatnonzero(np.r_[True, self.gid[1:] != self.gid[:-1]]))
-                return np.where(np.bincount(self.gid, minlength=len(self)) < min_count, np.nan, total)
+            if self._runs is not None and not np.isnan(kept).any():  # what pandas does: numpy's sum per run
+                total = np.add.reduceat(kept, self._runs)
+                return np.where(np.diff(self._runs, append=len(kept)) < min_count, np.nan, total)
             return kernel.group_sum(self.rows, values, len(self), min_count)
         if values.dtype == np.int64 and min_count <= 1:  # every group has a row, and an integer is never missing
             return kernel.group_int_sum(self.rows, values, len(self))
