@@ -305,20 +305,17 @@ def test_a_ddp_run_does_not_list_the_fsdp_page(monkeypatch):
 
 
 def test_the_workload_documents_its_flags_and_refuses_bad_ones():
-    import subprocess
-    import sys
-
     pytest.importorskip("torch")
-    help_ = subprocess.run([sys.executable, "-m", "workloads.fsdp", "--help"], cwd=REPO, capture_output=True, text=True,
-                           timeout=120)
+    from tests.workload_cli import run_main
+
+    help_ = run_main("fsdp", "--help")
     assert help_.returncode == 0
     for flag in ("--reshard-after-forward", "--prefetch", "--mp", "torchrun --standalone"):
         assert flag in help_.stdout
     for flags, message in ((["--prefetch", "-1"], "--prefetch must be >= 0"),
                            (["--mode", "dp"], "FSDP needs a process group"),
                            (["--reshard-after-forward", "maybe"], "invalid choice")):
-        bad = subprocess.run([sys.executable, "-m", "workloads.fsdp", *flags], cwd=REPO, capture_output=True,
-                             text=True, timeout=120)
+        bad = run_main("fsdp", *flags)
         assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 

@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 import torch  # noqa: E402
 
 import tracekit  # noqa: E402
+from tests.workload_cli import run_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--cpu", "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2", "--batch-size", "4", "--nproc", "2"]
@@ -42,9 +43,9 @@ def annotations(doc: dict, prefix: str) -> list[dict]:
 
 # --------------------------------------------------------------------------------------------- the CLI
 
-@pytest.mark.parametrize("name", ["resnet", "gpt"])
-def test_help_is_the_manual(name):
-    done = workload(name, "--help")
+@pytest.mark.parametrize("name, run", [("resnet", workload), ("gpt", run_main)])
+def test_help_is_the_manual(name, run):
+    done = run(name, "--help")
     assert done.returncode == 0
     for words in ("torchrun --standalone", "--nnodes", "CUDA_VISIBLE_DEVICES=0", "--nproc", "--profile", "--amp"):
         assert words in done.stdout
@@ -58,7 +59,7 @@ def test_help_is_the_manual(name):
     ("gpt", ["--n-embd", "100", "--n-head", "3"], "--n-embd 100 is not a multiple of --n-head 3"),
 ])
 def test_bad_flags_exit_with_one_line(name, flags, message):
-    done = workload(name, *flags)
+    done = run_main(name, *flags)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
     assert message in done.stderr and done.stderr.startswith(f"workloads.{name}: error:")
@@ -66,7 +67,7 @@ def test_bad_flags_exit_with_one_line(name, flags, message):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="DataParallel runs where there are GPUs")
 def test_dp_without_gpus_exits_with_one_line():
-    done = workload("resnet", "--mode", "dp")
+    done = run_main("resnet", "--mode", "dp")
     assert done.returncode == 2
     assert done.stderr.strip() == ("workloads.resnet: error: --mode dp (DataParallel) needs CUDA GPUs and this machine"
                                    " has none; use --mode ddp")
@@ -83,7 +84,7 @@ def test_a_failing_rank_stops_every_rank_and_is_named(tmp_path):
 @pytest.mark.parametrize("held", ["run.json", "rank-3.pt.trace.json.gz"])
 def test_out_holding_a_run_is_refused_without_force(tmp_path, held):
     (tmp_path / held).write_text("an earlier run")
-    done = workload("resnet", *TINY_RESNET, "--profile", "--out", str(tmp_path))
+    done = run_main("resnet", *TINY_RESNET, "--profile", "--out", str(tmp_path))
     assert done.returncode == 2 and done.stdout == ""  # refused before anything started
     assert done.stderr.strip() == (f"workloads.resnet: error: --out {tmp_path} already holds a run ({held}); "
                                    "pick another folder, or add --force to replace it")
@@ -92,7 +93,7 @@ def test_out_holding_a_run_is_refused_without_force(tmp_path, held):
 
 def test_out_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("data")
-    done = workload("gpt", *TINY_GPT, "--out", str(tmp_path / "f"))
+    done = run_main("gpt", *TINY_GPT, "--out", str(tmp_path / "f"))
     assert done.returncode == 2 and done.stderr.strip() == f"workloads.gpt: error: --out {tmp_path / 'f'} is a file, not a folder"
     assert (tmp_path / "f").read_text() == "data"
 

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 import torch  # noqa: E402
 
+from tests.workload_cli import run_main  # noqa: E402
 from workloads.config import ConfigError  # noqa: E402
 from workloads.gpt_model import GPTShape  # noqa: E402
 from workloads.hybrid import HybridConfig, comm_counts_by_dim, parse_mesh  # noqa: E402
@@ -96,17 +97,17 @@ def test_mesh_flag_is_put_in_pp_dp_tp_order_and_checked():
 
 
 def test_bad_flags_exit_with_one_line():
-    done = workload("pipeline", "--cpu", "--schedule", "gpipe", "--stages-per-rank", "2")
+    done = run_main("pipeline", "--cpu", "--schedule", "gpipe", "--stages-per-rank", "2")
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "workloads.pipeline: error: --schedule gpipe holds one stage per rank; --stages-per-rank 2 needs --schedule "
         "interleaved (or zbv, 2)"]
-    done = workload("hybrid", "--cpu", "--mesh", "dp=2,cp=2")
+    done = run_main("hybrid", "--cpu", "--mesh", "dp=2,cp=2")
     assert done.returncode == 2 and done.stderr.startswith("workloads.hybrid: error: --mesh wants DIM=SIZE")
 
 
-@pytest.mark.parametrize("name", ["pipeline", "hybrid"])
-def test_help_is_the_manual(name):
-    done = workload(name, "--help")
+@pytest.mark.parametrize("name, run", [("pipeline", workload), ("hybrid", run_main)])
+def test_help_is_the_manual(name, run):
+    done = run(name, "--help")
     assert done.returncode == 0
     for words in ("torchrun --standalone", "--profile", "--nproc", "--mesh", "--schedule", "--stage-weights"):
         assert words in done.stdout, words
