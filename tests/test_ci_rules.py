@@ -18,10 +18,14 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
 MINI_SUITE = '''
+import sys
+
 import pytest
 
+sys.modules["torch"] = None  # torch missing, as this suite sees it, without paying for its import
+
 def test_needs_a_torch_module():
-    pytest.importorskip("torch.no_such_module_here")
+    pytest.importorskip("torch")
 
 def test_skipped_for_another_reason():
     pytest.skip("needs a GPU")
@@ -29,6 +33,13 @@ def test_skipped_for_another_reason():
 def test_runs():
     assert True
 '''
+
+
+def inner_env() -> dict[str, str]:
+    """The environment of a pytest run inside this one: no CI or PYTEST_ADDOPTS of ours, and no plugin loaded unless
+    named with -p (the conftest's rules need none; loading hypothesis, xdist and anyio costs a second a run)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    return {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def _mini_run(tmp_path, ci: str | None, shared: bool):
@@ -40,7 +51,7 @@ def _mini_run(tmp_path, ci: str | None, shared: bool):
     if shared:
         (tmp_path / "shared" / "traces").mkdir(parents=True)
         (tmp_path / "shared" / "traces" / "hta").symlink_to(TESTS.parents[1] / "shared" / "traces" / "hta")
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    env = inner_env()
     if ci is not None:
         env["CI"] = ci
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tests)],
@@ -51,7 +62,7 @@ def test_outside_ci_a_missing_module_is_a_skip(tmp_path):
     out = _mini_run(tmp_path, ci=None, shared=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "1 passed, 2 skipped" in out.stdout
-    assert "needs a GPU" in out.stdout and "no_such_module_here" in out.stdout  # -rs lists each skip's reason
+    assert "needs a GPU" in out.stdout and "could not import 'torch'" in out.stdout  # -rs: each reason
 
 
 def test_in_ci_a_skip_for_a_missing_requirement_fails(tmp_path):
@@ -112,7 +123,7 @@ def test_in_ci_a_skip_for_a_missing_browser_fails(tmp_path):
     (tests / "test_browser_mini.py").write_text(BROWSER_SUITE)
     (tmp_path / "shared" / "traces").mkdir(parents=True)
     (tmp_path / "shared" / "traces" / "hta").symlink_to(TESTS.parents[1] / "shared" / "traces" / "hta")
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    env = inner_env()
     command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tests)]
     ci = subprocess.run(command, cwd=tmp_path / "repo", env={**env, "CI": "true"}, capture_output=True, text=True,
                         timeout=120)
@@ -162,8 +173,9 @@ def test_under_xdist_a_serial_test_runs_alone_and_workers_have_their_own_ports(t
     (tests / "test_parallel_mini.py").write_text(PARALLEL_SUITE)
     (tmp_path / "repo" / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: alone\n")
     log = tmp_path / "log.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tests)],
+    env = inner_env()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin", "-n", "2",
+                           str(tests)],
                           cwd=tmp_path / "repo", env={**env, "MINI_LOG": str(log)}, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and "14 passed" in done.stdout, done.stdout + done.stderr
