@@ -2,7 +2,8 @@
 
 Each `python -m workloads.X` pays torch's import (about 2 s); the flag checks need none of a new process, so the tests
 of refused flags call the workload's `main(argv)` here. One `--help` per suite still starts a real process.
-Starting ranks here would be a bug in the checks, so the launch raises instead.
+Starting ranks here would be a bug in the checks, so the launch raises instead. pytest collects the warnings that a
+real process would print; the real `--help` processes check that importing a workload prints nothing on stderr.
 """
 
 from __future__ import annotations
