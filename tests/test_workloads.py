@@ -43,10 +43,10 @@ def annotations(doc: dict, prefix: str) -> list[dict]:
 
 # --------------------------------------------------------------------------------------------- the CLI
 
-@pytest.mark.parametrize("name, run", [("resnet", workload), ("gpt", run_main)])
-def test_help_is_the_manual(name, run):
-    done = run(name, "--help")
-    assert done.returncode == 0 and done.stderr == ""  # a real process: nothing on stderr, no warning at import
+@pytest.mark.parametrize("name", ["resnet", "gpt"])
+def test_help_is_the_manual(name):
+    done = workload(name, "--help")  # a real process: the module runs under -m and prints no warning at import
+    assert done.returncode == 0 and done.stderr == ""
     for words in ("torchrun --standalone", "--nnodes", "CUDA_VISIBLE_DEVICES=0", "--nproc", "--profile", "--amp"):
         assert words in done.stdout
 

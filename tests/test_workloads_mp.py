@@ -105,10 +105,10 @@ def test_bad_flags_exit_with_one_line():
     assert done.returncode == 2 and done.stderr.startswith("workloads.hybrid: error: --mesh wants DIM=SIZE")
 
 
-@pytest.mark.parametrize("name, run", [("pipeline", workload), ("hybrid", run_main)])
-def test_help_is_the_manual(name, run):
-    done = run(name, "--help")
-    assert done.returncode == 0 and done.stderr == ""  # a real process: nothing on stderr, no warning at import
+@pytest.mark.parametrize("name", ["pipeline", "hybrid"])
+def test_help_is_the_manual(name):
+    done = workload(name, "--help")  # a real process: the module runs under -m and prints no warning at import
+    assert done.returncode == 0 and done.stderr == ""
     for words in ("torchrun --standalone", "--profile", "--nproc", "--mesh", "--schedule", "--stage-weights"):
         assert words in done.stdout, words
 
