@@ -174,10 +174,10 @@ def test_under_xdist_a_serial_test_runs_alone_and_workers_have_their_own_ports(t
     (tmp_path / "repo" / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: alone\n")
     log = tmp_path / "log.txt"
     env = inner_env()
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin", "-n", "2", str(tests)]
-    done = subprocess.run(command,
-                          cwd=tmp_path / "repo", env={**env, "MINI_LOG": str(log)}, capture_output=True, text=True,
-                          timeout=300)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin", "-n", "2",
+               str(tests)]
+    done = subprocess.run(command, cwd=tmp_path / "repo", env={**env, "MINI_LOG": str(log)}, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0 and "14 passed" in done.stdout, done.stdout + done.stderr
     rows = [line.split() for line in log.read_text().splitlines()]
     spans = {name: (float(a), float(b)) for name, a, b, _ in rows}
